@@ -1,0 +1,1 @@
+//! Shared code of flowmesh-shim and flowmesh-cni.

@@ -1,0 +1,2 @@
+//! flowmesh-controller.
+fn main() {}

@@ -1,0 +1,2 @@
+//! flowmeshctl.
+fn main() {}

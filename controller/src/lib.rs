@@ -1,0 +1,1 @@
+//! flowmesh controller library: state backends, reconciler, gRPC services.

@@ -1,0 +1,12 @@
+//! ofproto: the OpenFlow 1.3 wire codec (with the Open vSwitch Nicira and ONF extensions) and
+//! the async switch session. Knows nothing of clusters.
+
+pub mod action;
+pub mod flow;
+pub mod instruction;
+pub mod oxm;
+
+pub use action::{Action, FieldSlice};
+pub use flow::{Bucket, Flow, FlowMod, FlowModCommand, Group, GroupMod, GroupModCommand, GroupType};
+pub use instruction::Instruction;
+pub use oxm::{Field, Match, MatchField, OxmHeader};

@@ -1,0 +1,560 @@
+//! OXM/NXM match fields and the `Match` they form.
+//!
+//! Wire layout (OpenFlow 1.3.5 §7.2.3.2, nicira-ext.h): a 32-bit header
+//! `class:16 | field:7 | hasmask:1 | length:8`, for the experimenter class (0xffff) followed by a
+//! 32-bit experimenter id, then `length` bytes of value (and mask, when hasmask is set, each half
+//! the payload).
+//!
+//! A [`Match`] keeps its fields in wire order with the exact header each arrived with, so a
+//! decoded match re-encodes byte for byte. Builders use the header Open vSwitch itself emits for
+//! OpenFlow 1.3 (OXM where OF1.3 defines one, NXM otherwise).
+
+use smallvec::SmallVec;
+use std::net::Ipv4Addr;
+
+/// OXM class of the original NXM 0 fields (`NXM_OF_*`).
+pub const OXM_CLASS_NXM0: u16 = 0x0000;
+/// OXM class of the Nicira extension fields (`NXM_NX_*`).
+pub const OXM_CLASS_NXM1: u16 = 0x0001;
+/// OXM class of the OpenFlow basic fields (`OXM_OF_*`).
+pub const OXM_CLASS_OPENFLOW_BASIC: u16 = 0x8000;
+/// OXM class whose header is followed by a 32-bit experimenter id.
+pub const OXM_CLASS_EXPERIMENTER: u16 = 0xffff;
+
+/// Field values and masks are at most 16 bytes for every field flowmesh uses; longer (unknown)
+/// fields spill to the heap.
+pub type FieldBytes = SmallVec<[u8; 16]>;
+
+/// The identity of an OXM/NXM field on the wire, without hasmask and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OxmHeader {
+    /// OXM class (0x0000, 0x0001, 0x8000, 0xffff, ...).
+    pub class: u16,
+    /// 7-bit field number within the class.
+    pub field: u8,
+    /// Experimenter id, present exactly when `class == OXM_CLASS_EXPERIMENTER`.
+    pub experimenter: Option<u32>,
+}
+
+impl OxmHeader {
+    /// A header of a non-experimenter class.
+    pub const fn new(class: u16, field: u8) -> Self {
+        OxmHeader { class, field, experimenter: None }
+    }
+
+    /// The 32-bit NXM/OXM header word with the given hasmask bit and payload length.
+    pub const fn word(&self, has_mask: bool, payload_len: u8) -> u32 {
+        ((self.class as u32) << 16)
+            | ((self.field as u32 & 0x7f) << 9)
+            | ((has_mask as u32) << 8)
+            | payload_len as u32
+    }
+
+    /// The semantic field this header names, if flowmesh knows it.
+    pub fn known(&self) -> Option<Field> {
+        Field::from_header(*self)
+    }
+}
+
+/// Every match field flowmesh knows by name. Each maps to one entry of [`FIELDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Field {
+    InPort,
+    InPhyPort,
+    Metadata,
+    EthDst,
+    EthSrc,
+    EthType,
+    VlanVid,
+    VlanPcp,
+    IpDscp,
+    IpEcn,
+    IpProto,
+    Ipv4Src,
+    Ipv4Dst,
+    TcpSrc,
+    TcpDst,
+    UdpSrc,
+    UdpDst,
+    SctpSrc,
+    SctpDst,
+    Icmpv4Type,
+    Icmpv4Code,
+    ArpOp,
+    ArpSpa,
+    ArpTpa,
+    ArpSha,
+    ArpTha,
+    Ipv6Src,
+    Ipv6Dst,
+    Ipv6Flabel,
+    Icmpv6Type,
+    Icmpv6Code,
+    Ipv6NdTarget,
+    Ipv6NdSll,
+    Ipv6NdTll,
+    MplsLabel,
+    MplsTc,
+    MplsBos,
+    PbbIsid,
+    TunnelId,
+    Ipv6Exthdr,
+    /// Nicira registers reg0..reg15.
+    Reg(u8),
+    TunIpv4Src,
+    TunIpv4Dst,
+    PktMark,
+    CtState,
+    CtZone,
+    CtMark,
+    CtLabel,
+    ConjId,
+    IpTtl,
+    IpFrag,
+    TcpFlags,
+}
+
+/// Static description of a known field.
+#[derive(Clone, Copy, Debug)]
+pub struct FieldInfo {
+    /// The field.
+    pub field: Field,
+    /// The name `ovs-ofctl` uses in matches and `set_field` (e.g. `reg0`, `tun_id`, `nw_src`).
+    pub name: &'static str,
+    /// The header Open vSwitch emits for OpenFlow 1.3.
+    pub header: OxmHeader,
+    /// Other headers that name the same field (e.g. `NXM_NX_TUN_ID` for `tun_id`).
+    pub aliases: &'static [OxmHeader],
+    /// Value width in bytes.
+    pub len: u8,
+    /// Whether a mask is allowed.
+    pub maskable: bool,
+}
+
+const fn b(field: u8) -> OxmHeader {
+    OxmHeader::new(OXM_CLASS_OPENFLOW_BASIC, field)
+}
+const fn nx(field: u8) -> OxmHeader {
+    OxmHeader::new(OXM_CLASS_NXM1, field)
+}
+const fn of0(field: u8) -> OxmHeader {
+    OxmHeader::new(OXM_CLASS_NXM0, field)
+}
+
+macro_rules! fi {
+    ($f:expr, $name:expr, $hdr:expr, [$($alias:expr),*], $len:expr, $mask:expr) => {
+        FieldInfo { field: $f, name: $name, header: $hdr, aliases: &[$($alias),*], len: $len, maskable: $mask }
+    };
+}
+
+/// The table of known fields (OpenFlow 1.3.5 §7.2.3.7 Table 12; nicira-ext.h / meta-flow.h).
+pub static FIELDS: &[FieldInfo] = &[
+    fi!(Field::InPort, "in_port", b(0), [of0(0)], 4, false),
+    fi!(Field::InPhyPort, "in_phy_port", b(1), [], 4, false),
+    fi!(Field::Metadata, "metadata", b(2), [], 8, true),
+    fi!(Field::EthDst, "eth_dst", b(3), [of0(1)], 6, true),
+    fi!(Field::EthSrc, "eth_src", b(4), [of0(2)], 6, true),
+    fi!(Field::EthType, "eth_type", b(5), [of0(3)], 2, false),
+    fi!(Field::VlanVid, "vlan_vid", b(6), [], 2, true),
+    fi!(Field::VlanPcp, "vlan_pcp", b(7), [], 1, false),
+    fi!(Field::IpDscp, "ip_dscp", b(8), [], 1, false),
+    fi!(Field::IpEcn, "ip_ecn", b(9), [nx(28)], 1, false),
+    fi!(Field::IpProto, "ip_proto", b(10), [of0(6)], 1, false),
+    fi!(Field::Ipv4Src, "ipv4_src", b(11), [of0(7)], 4, true),
+    fi!(Field::Ipv4Dst, "ipv4_dst", b(12), [of0(8)], 4, true),
+    fi!(Field::TcpSrc, "tcp_src", b(13), [of0(9)], 2, true),
+    fi!(Field::TcpDst, "tcp_dst", b(14), [of0(10)], 2, true),
+    fi!(Field::UdpSrc, "udp_src", b(15), [of0(11)], 2, true),
+    fi!(Field::UdpDst, "udp_dst", b(16), [of0(12)], 2, true),
+    fi!(Field::SctpSrc, "sctp_src", b(17), [], 2, true),
+    fi!(Field::SctpDst, "sctp_dst", b(18), [], 2, true),
+    fi!(Field::Icmpv4Type, "icmpv4_type", b(19), [of0(13)], 1, false),
+    fi!(Field::Icmpv4Code, "icmpv4_code", b(20), [of0(14)], 1, false),
+    fi!(Field::ArpOp, "arp_op", b(21), [of0(15)], 2, false),
+    fi!(Field::ArpSpa, "arp_spa", b(22), [of0(16)], 4, true),
+    fi!(Field::ArpTpa, "arp_tpa", b(23), [of0(17)], 4, true),
+    fi!(Field::ArpSha, "arp_sha", b(24), [nx(17)], 6, true),
+    fi!(Field::ArpTha, "arp_tha", b(25), [nx(18)], 6, true),
+    fi!(Field::Ipv6Src, "ipv6_src", b(26), [nx(19)], 16, true),
+    fi!(Field::Ipv6Dst, "ipv6_dst", b(27), [nx(20)], 16, true),
+    fi!(Field::Ipv6Flabel, "ipv6_label", b(28), [nx(27)], 4, true),
+    fi!(Field::Icmpv6Type, "icmpv6_type", b(29), [nx(21)], 1, false),
+    fi!(Field::Icmpv6Code, "icmpv6_code", b(30), [nx(22)], 1, false),
+    fi!(Field::Ipv6NdTarget, "nd_target", b(31), [nx(23)], 16, true),
+    fi!(Field::Ipv6NdSll, "nd_sll", b(32), [nx(24)], 6, true),
+    fi!(Field::Ipv6NdTll, "nd_tll", b(33), [nx(25)], 6, true),
+    fi!(Field::MplsLabel, "mpls_label", b(34), [], 4, false),
+    fi!(Field::MplsTc, "mpls_tc", b(35), [], 1, false),
+    fi!(Field::MplsBos, "mpls_bos", b(36), [], 1, false),
+    fi!(Field::PbbIsid, "pbb_isid", b(37), [], 3, true),
+    fi!(Field::TunnelId, "tun_id", b(38), [nx(16)], 8, true),
+    fi!(Field::Ipv6Exthdr, "ipv6_exthdr", b(39), [], 2, true),
+    fi!(Field::Reg(0), "reg0", nx(0), [], 4, true),
+    fi!(Field::Reg(1), "reg1", nx(1), [], 4, true),
+    fi!(Field::Reg(2), "reg2", nx(2), [], 4, true),
+    fi!(Field::Reg(3), "reg3", nx(3), [], 4, true),
+    fi!(Field::Reg(4), "reg4", nx(4), [], 4, true),
+    fi!(Field::Reg(5), "reg5", nx(5), [], 4, true),
+    fi!(Field::Reg(6), "reg6", nx(6), [], 4, true),
+    fi!(Field::Reg(7), "reg7", nx(7), [], 4, true),
+    fi!(Field::Reg(8), "reg8", nx(8), [], 4, true),
+    fi!(Field::Reg(9), "reg9", nx(9), [], 4, true),
+    fi!(Field::Reg(10), "reg10", nx(10), [], 4, true),
+    fi!(Field::Reg(11), "reg11", nx(11), [], 4, true),
+    fi!(Field::Reg(12), "reg12", nx(12), [], 4, true),
+    fi!(Field::Reg(13), "reg13", nx(13), [], 4, true),
+    fi!(Field::Reg(14), "reg14", nx(14), [], 4, true),
+    fi!(Field::Reg(15), "reg15", nx(15), [], 4, true),
+    fi!(Field::IpFrag, "ip_frag", nx(26), [], 1, true),
+    fi!(Field::IpTtl, "nw_ttl", nx(29), [], 1, false),
+    fi!(Field::TunIpv4Src, "tun_src", nx(31), [], 4, true),
+    fi!(Field::TunIpv4Dst, "tun_dst", nx(32), [], 4, true),
+    fi!(Field::PktMark, "pkt_mark", nx(33), [], 4, true),
+    fi!(Field::TcpFlags, "tcp_flags", nx(34), [], 2, true),
+    fi!(Field::ConjId, "conj_id", nx(37), [], 4, false),
+    fi!(Field::CtState, "ct_state", nx(105), [], 4, true),
+    fi!(Field::CtZone, "ct_zone", nx(106), [], 2, false),
+    fi!(Field::CtMark, "ct_mark", nx(107), [], 4, true),
+    fi!(Field::CtLabel, "ct_label", nx(108), [], 16, true),
+];
+
+impl Field {
+    /// The static description of this field.
+    pub fn info(self) -> &'static FieldInfo {
+        // FIELDS holds every variant (checked by a unit test), so the fallback is never taken.
+        FIELDS.iter().find(|f| f.field == self).unwrap_or(&FIELDS[0])
+    }
+
+    /// The semantic field a wire header names, if known (either its OF1.3 header or an alias).
+    pub fn from_header(h: OxmHeader) -> Option<Field> {
+        FIELDS
+            .iter()
+            .find(|f| f.header == h || f.aliases.contains(&h))
+            .map(|f| f.field)
+    }
+
+    /// Value width in bytes.
+    pub fn len(self) -> usize {
+        self.info().len as usize
+    }
+
+    /// Always false: every field has a width. (Present for clippy's `len_without_is_empty`.)
+    pub fn is_empty(self) -> bool {
+        false
+    }
+
+    /// Width in bits.
+    pub fn bits(self) -> u16 {
+        self.info().len as u16 * 8
+    }
+
+    /// The header Open vSwitch emits for this field in OpenFlow 1.3.
+    pub fn header(self) -> OxmHeader {
+        self.info().header
+    }
+
+    /// The `ovs-ofctl` name of the field.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+}
+
+/// One field of a match: exact header, value, and optional mask (same width as the value).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatchField {
+    /// The wire header (class, field, experimenter).
+    pub header: OxmHeader,
+    /// Value bytes, network order.
+    pub value: FieldBytes,
+    /// Mask bytes, when the field is masked.
+    pub mask: Option<FieldBytes>,
+}
+
+impl MatchField {
+    /// An exact match on a known field; `value` must be `field.len()` bytes, network order.
+    pub fn exact(field: Field, value: &[u8]) -> Self {
+        MatchField { header: field.header(), value: value.into(), mask: None }
+    }
+
+    /// A masked match on a known field. An all-ones mask becomes an exact match, as OVS does.
+    pub fn masked(field: Field, value: &[u8], mask: &[u8]) -> Self {
+        if mask.iter().all(|&m| m == 0xff) {
+            return Self::exact(field, value);
+        }
+        let v: FieldBytes = value.iter().zip(mask).map(|(v, m)| v & m).collect();
+        MatchField { header: field.header(), value: v, mask: Some(mask.into()) }
+    }
+
+    /// The known field this entry matches, if any.
+    pub fn field(&self) -> Option<Field> {
+        self.header.known()
+    }
+
+    /// The value as a big-endian unsigned integer (fields up to 8 bytes).
+    pub fn value_u64(&self) -> u64 {
+        be_u64(&self.value)
+    }
+
+    /// The mask as a big-endian unsigned integer, or all ones for an exact match.
+    pub fn mask_u64(&self) -> u64 {
+        match &self.mask {
+            Some(m) => be_u64(m),
+            None => u64::MAX >> (64 - 8 * self.value.len().clamp(1, 8) as u32),
+        }
+    }
+}
+
+fn be_u64(b: &[u8]) -> u64 {
+    b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
+
+/// An OpenFlow match: the OXM fields in wire order.
+///
+/// Equality is structural (order matters, as on the wire); use [`Match::normalized`] to compare
+/// matches that may come back from a switch in another order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Match {
+    /// The fields, in wire order.
+    pub fields: Vec<MatchField>,
+}
+
+impl Match {
+    /// The empty match (all packets).
+    pub fn new() -> Self {
+        Match::default()
+    }
+
+    /// Append any field entry.
+    pub fn with(mut self, f: MatchField) -> Self {
+        self.fields.push(f);
+        self
+    }
+
+    /// Exact match on a known field given as a big-endian integer.
+    pub fn with_u64(self, field: Field, value: u64) -> Self {
+        let bytes = value.to_be_bytes();
+        let n = field.len().min(8);
+        self.with(MatchField::exact(field, &bytes[8 - n..]))
+    }
+
+    /// Masked match on a known field given as big-endian integers.
+    pub fn with_u64_masked(self, field: Field, value: u64, mask: u64) -> Self {
+        let (v, m) = (value.to_be_bytes(), mask.to_be_bytes());
+        let n = field.len().min(8);
+        self.with(MatchField::masked(field, &v[8 - n..], &m[8 - n..]))
+    }
+
+    /// The entry for a known field, if present.
+    pub fn get(&self, field: Field) -> Option<&MatchField> {
+        self.fields.iter().find(|f| f.field() == Some(field))
+    }
+
+    /// The fields sorted into a canonical order (by header), for order-insensitive comparison.
+    pub fn normalized(&self) -> Match {
+        let mut fields = self.fields.clone();
+        fields.sort();
+        Match { fields }
+    }
+
+    // Typed builders for the fields an overlay uses. Each appends one field.
+
+    /// `in_port=PORT`.
+    pub fn in_port(self, port: u32) -> Self {
+        self.with_u64(Field::InPort, port as u64)
+    }
+    /// `eth_type=TYPE` (render as `ip`, `arp`, ... when the match allows).
+    pub fn eth_type(self, eth_type: u16) -> Self {
+        self.with_u64(Field::EthType, eth_type as u64)
+    }
+    /// `dl_src=MAC`.
+    pub fn eth_src(self, mac: [u8; 6]) -> Self {
+        self.with(MatchField::exact(Field::EthSrc, &mac))
+    }
+    /// `dl_dst=MAC`.
+    pub fn eth_dst(self, mac: [u8; 6]) -> Self {
+        self.with(MatchField::exact(Field::EthDst, &mac))
+    }
+    /// `nw_proto=PROTO`.
+    pub fn ip_proto(self, proto: u8) -> Self {
+        self.with_u64(Field::IpProto, proto as u64)
+    }
+    /// `nw_src=ADDR/PREFIX` (prefix 32 is exact).
+    pub fn ipv4_src(self, addr: Ipv4Addr, prefix: u8) -> Self {
+        self.with(ipv4_field(Field::Ipv4Src, addr, prefix))
+    }
+    /// `nw_dst=ADDR/PREFIX` (prefix 32 is exact).
+    pub fn ipv4_dst(self, addr: Ipv4Addr, prefix: u8) -> Self {
+        self.with(ipv4_field(Field::Ipv4Dst, addr, prefix))
+    }
+    /// `arp_spa=ADDR/PREFIX`.
+    pub fn arp_spa(self, addr: Ipv4Addr, prefix: u8) -> Self {
+        self.with(ipv4_field(Field::ArpSpa, addr, prefix))
+    }
+    /// `arp_tpa=ADDR/PREFIX`.
+    pub fn arp_tpa(self, addr: Ipv4Addr, prefix: u8) -> Self {
+        self.with(ipv4_field(Field::ArpTpa, addr, prefix))
+    }
+    /// `arp_sha=MAC/MASK`.
+    pub fn arp_sha_masked(self, mac: [u8; 6], mask: [u8; 6]) -> Self {
+        self.with(MatchField::masked(Field::ArpSha, &mac, &mask))
+    }
+    /// `tcp_dst=PORT`.
+    pub fn tcp_dst(self, port: u16) -> Self {
+        self.with_u64(Field::TcpDst, port as u64)
+    }
+    /// `udp_dst=PORT`.
+    pub fn udp_dst(self, port: u16) -> Self {
+        self.with_u64(Field::UdpDst, port as u64)
+    }
+    /// `regN=VALUE`.
+    pub fn reg(self, n: u8, value: u32) -> Self {
+        self.with_u64(Field::Reg(n & 15), value as u64)
+    }
+    /// `tun_id=ID`.
+    pub fn tun_id(self, id: u64) -> Self {
+        self.with_u64(Field::TunnelId, id)
+    }
+    /// `tun_src=ADDR`.
+    pub fn tun_src(self, addr: Ipv4Addr) -> Self {
+        self.with(MatchField::exact(Field::TunIpv4Src, &addr.octets()))
+    }
+    /// `ct_state=VALUE/MASK` (bits per [`ct_state`]).
+    pub fn ct_state(self, value: u32, mask: u32) -> Self {
+        self.with_u64_masked(Field::CtState, value as u64, mask as u64)
+    }
+    /// `conj_id=ID`.
+    pub fn conj_id(self, id: u32) -> Self {
+        self.with_u64(Field::ConjId, id as u64)
+    }
+    /// `pkt_mark=MARK`.
+    pub fn pkt_mark(self, mark: u32) -> Self {
+        self.with_u64(Field::PktMark, mark as u64)
+    }
+}
+
+/// An IPv4 field matching `addr/prefix` (host bits cleared; /32 exact, /0 still present).
+pub fn ipv4_field(field: Field, addr: Ipv4Addr, prefix: u8) -> MatchField {
+    let prefix = prefix.min(32);
+    let mask: u32 = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    MatchField::masked(field, &addr.octets(), &mask.to_be_bytes())
+}
+
+/// Common EtherTypes.
+pub mod eth_type {
+    /// IPv4.
+    pub const IPV4: u16 = 0x0800;
+    /// ARP.
+    pub const ARP: u16 = 0x0806;
+    /// IPv6.
+    pub const IPV6: u16 = 0x86dd;
+    /// 802.1Q.
+    pub const VLAN: u16 = 0x8100;
+}
+
+/// Common IP protocol numbers.
+pub mod ip_proto {
+    /// ICMP.
+    pub const ICMP: u8 = 1;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// SCTP.
+    pub const SCTP: u8 = 132;
+}
+
+/// `ct_state` bits (ovs-fields(7)).
+pub mod ct_state {
+    /// new connection.
+    pub const NEW: u32 = 0x01;
+    /// established.
+    pub const EST: u32 = 0x02;
+    /// related.
+    pub const REL: u32 = 0x04;
+    /// reply direction.
+    pub const RPL: u32 = 0x08;
+    /// invalid.
+    pub const INV: u32 = 0x10;
+    /// tracked.
+    pub const TRK: u32 = 0x20;
+    /// source NATed.
+    pub const SNAT: u32 = 0x40;
+    /// destination NATed.
+    pub const DNAT: u32 = 0x80;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_variant_is_in_the_table() {
+        let mut all = vec![
+            Field::InPort,
+            Field::InPhyPort,
+            Field::Metadata,
+            Field::EthDst,
+            Field::EthSrc,
+            Field::EthType,
+            Field::VlanVid,
+            Field::VlanPcp,
+            Field::IpDscp,
+            Field::IpEcn,
+            Field::IpProto,
+            Field::Ipv4Src,
+            Field::Ipv4Dst,
+            Field::TcpSrc,
+            Field::TcpDst,
+            Field::UdpSrc,
+            Field::UdpDst,
+            Field::SctpSrc,
+            Field::SctpDst,
+            Field::Icmpv4Type,
+            Field::Icmpv4Code,
+            Field::ArpOp,
+            Field::ArpSpa,
+            Field::ArpTpa,
+            Field::ArpSha,
+            Field::ArpTha,
+            Field::Ipv6Src,
+            Field::Ipv6Dst,
+            Field::Ipv6Flabel,
+            Field::Icmpv6Type,
+            Field::Icmpv6Code,
+            Field::Ipv6NdTarget,
+            Field::Ipv6NdSll,
+            Field::Ipv6NdTll,
+            Field::MplsLabel,
+            Field::MplsTc,
+            Field::MplsBos,
+            Field::PbbIsid,
+            Field::TunnelId,
+            Field::Ipv6Exthdr,
+            Field::TunIpv4Src,
+            Field::TunIpv4Dst,
+            Field::PktMark,
+            Field::CtState,
+            Field::CtZone,
+            Field::CtMark,
+            Field::CtLabel,
+            Field::ConjId,
+            Field::IpTtl,
+            Field::IpFrag,
+            Field::TcpFlags,
+        ];
+        all.extend((0..16).map(Field::Reg));
+        for f in all {
+            assert_eq!(f.info().field, f, "{f:?} missing from FIELDS");
+            assert_eq!(Field::from_header(f.header()), Some(f));
+        }
+    }
+
+    #[test]
+    fn masked_all_ones_is_exact_and_value_is_cleared() {
+        let m = ipv4_field(Field::Ipv4Dst, Ipv4Addr::new(10, 128, 3, 7), 32);
+        assert!(m.mask.is_none());
+        let m = ipv4_field(Field::Ipv4Dst, Ipv4Addr::new(10, 128, 3, 7), 23);
+        assert_eq!(&m.value[..], &[10, 128, 2, 0]);
+        assert_eq!(&m.mask.as_deref().unwrap_or(&[])[..], &[255, 255, 254, 0]);
+    }
+}

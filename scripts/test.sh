@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole flowmesh test suite: system packages, format check, every test of every crate
+# (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end).
+# Needs root: the tests create network namespaces and run their own Open vSwitch daemons.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+    echo "flowmesh tests need root (network namespaces, private Open vSwitch daemons)." >&2
+    echo "run: sudo bash scripts/test.sh" >&2
+    exit 1
+fi
+bash scripts/deps.sh
+cargo fmt --all -- --check
+cargo build --workspace --all-targets --locked
+cargo test --workspace --locked -- --test-threads="${FLOWMESH_TEST_THREADS:-4}"

@@ -1,0 +1,2 @@
+//! flowmesh-bench: system benchmarks.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Test support: the Open vSwitch sandbox and network-namespace lab harness.

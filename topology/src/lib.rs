@@ -1,0 +1,1 @@
+//! flowmesh topology: cluster model, allocators, pipeline, FlowSet diff, simulator.
