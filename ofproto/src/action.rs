@@ -41,12 +41,20 @@ pub struct FieldSlice {
 impl FieldSlice {
     /// The whole of a known field (`NXM_NX_REG0[]`).
     pub fn whole(field: Field) -> Self {
-        FieldSlice { header: field.header(), ofs: 0, n_bits: field.bits() }
+        FieldSlice {
+            header: field.header(),
+            ofs: 0,
+            n_bits: field.bits(),
+        }
     }
 
     /// Bits `ofs..ofs+n_bits` of a known field (`NXM_NX_TUN_ID[0..31]` is `range(TunnelId, 0, 32)`).
     pub fn range(field: Field, ofs: u16, n_bits: u16) -> Self {
-        FieldSlice { header: field.header(), ofs, n_bits }
+        FieldSlice {
+            header: field.header(),
+            ofs,
+            n_bits,
+        }
     }
 }
 
@@ -135,7 +143,13 @@ pub enum Action {
     /// NXAST_DEC_TTL: `dec_ttl`.
     DecTtl,
     /// NXAST_CONTROLLER / NXAST_CONTROLLER2: `controller(reason=..,userdata=..)`.
-    Controller { max_len: u16, controller_id: u16, reason: u8, userdata: Vec<u8>, pause: bool },
+    Controller {
+        max_len: u16,
+        controller_id: u16,
+        reason: u8,
+        userdata: Vec<u8>,
+        pause: bool,
+    },
     /// Any other action, kept as its exact wire bytes (header included).
     Unknown(Vec<u8>),
 }
@@ -157,7 +171,10 @@ impl Action {
     }
     /// `load:VALUE->REGn[]`.
     pub fn load_reg(n: u8, value: u32) -> Self {
-        Action::Load { dst: FieldSlice::whole(Field::Reg(n & 15)), value: value as u64 }
+        Action::Load {
+            dst: FieldSlice::whole(Field::Reg(n & 15)),
+            value: value as u64,
+        }
     }
     /// `move:SRC->DST`.
     pub fn move_(src: FieldSlice, dst: FieldSlice) -> Self {
@@ -165,6 +182,9 @@ impl Action {
     }
     /// `resubmit(,TABLE)`.
     pub fn resubmit_table(table: u8) -> Self {
-        Action::Resubmit { in_port: 0xfff8, table: Some(table) }
+        Action::Resubmit {
+            in_port: 0xfff8,
+            table: Some(table),
+        }
     }
 }

@@ -181,7 +181,12 @@ pub struct Bucket {
 impl Bucket {
     /// A bucket with the given actions, weight 0 and no watch.
     pub fn new(actions: Vec<Action>) -> Self {
-        Bucket { weight: 0, watch_port: port::ANY, watch_group: GROUP_ANY, actions }
+        Bucket {
+            weight: 0,
+            watch_port: port::ANY,
+            watch_group: GROUP_ANY,
+            actions,
+        }
     }
 }
 

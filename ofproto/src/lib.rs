@@ -2,11 +2,16 @@
 //! the async switch session. Knows nothing of clusters.
 
 pub mod action;
+pub mod error;
 pub mod flow;
 pub mod instruction;
 pub mod oxm;
+pub mod wire;
 
 pub use action::{Action, FieldSlice};
-pub use flow::{Bucket, Flow, FlowMod, FlowModCommand, Group, GroupMod, GroupModCommand, GroupType};
+pub use error::DecodeError;
+pub use flow::{
+    Bucket, Flow, FlowMod, FlowModCommand, Group, GroupMod, GroupModCommand, GroupType,
+};
 pub use instruction::Instruction;
 pub use oxm::{Field, Match, MatchField, OxmHeader};

@@ -39,7 +39,11 @@ pub struct OxmHeader {
 impl OxmHeader {
     /// A header of a non-experimenter class.
     pub const fn new(class: u16, field: u8) -> Self {
-        OxmHeader { class, field, experimenter: None }
+        OxmHeader {
+            class,
+            field,
+            experimenter: None,
+        }
     }
 
     /// The 32-bit NXM/OXM header word with the given hasmask bit and payload length.
@@ -222,7 +226,10 @@ impl Field {
     /// The static description of this field.
     pub fn info(self) -> &'static FieldInfo {
         // FIELDS holds every variant (checked by a unit test), so the fallback is never taken.
-        FIELDS.iter().find(|f| f.field == self).unwrap_or(&FIELDS[0])
+        FIELDS
+            .iter()
+            .find(|f| f.field == self)
+            .unwrap_or(&FIELDS[0])
     }
 
     /// The semantic field a wire header names, if known (either its OF1.3 header or an alias).
@@ -273,7 +280,11 @@ pub struct MatchField {
 impl MatchField {
     /// An exact match on a known field; `value` must be `field.len()` bytes, network order.
     pub fn exact(field: Field, value: &[u8]) -> Self {
-        MatchField { header: field.header(), value: value.into(), mask: None }
+        MatchField {
+            header: field.header(),
+            value: value.into(),
+            mask: None,
+        }
     }
 
     /// A masked match on a known field. An all-ones mask becomes an exact match, as OVS does.
@@ -282,7 +293,11 @@ impl MatchField {
             return Self::exact(field, value);
         }
         let v: FieldBytes = value.iter().zip(mask).map(|(v, m)| v & m).collect();
-        MatchField { header: field.header(), value: v, mask: Some(mask.into()) }
+        MatchField {
+            header: field.header(),
+            value: v,
+            mask: Some(mask.into()),
+        }
     }
 
     /// The known field this entry matches, if any.
@@ -435,7 +450,11 @@ impl Match {
 /// An IPv4 field matching `addr/prefix` (host bits cleared; /32 exact, /0 still present).
 pub fn ipv4_field(field: Field, addr: Ipv4Addr, prefix: u8) -> MatchField {
     let prefix = prefix.min(32);
-    let mask: u32 = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    let mask: u32 = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    };
     MatchField::masked(field, &addr.octets(), &mask.to_be_bytes())
 }
 
@@ -555,6 +574,6 @@ mod tests {
         assert!(m.mask.is_none());
         let m = ipv4_field(Field::Ipv4Dst, Ipv4Addr::new(10, 128, 3, 7), 23);
         assert_eq!(&m.value[..], &[10, 128, 2, 0]);
-        assert_eq!(&m.mask.as_deref().unwrap_or(&[])[..], &[255, 255, 254, 0]);
+        assert_eq!(m.mask.as_deref().unwrap_or(&[]), &[255, 255, 254, 0]);
     }
 }
