@@ -222,3 +222,19 @@ pub struct GroupMod {
     /// The group.
     pub group: Group,
 }
+
+impl std::fmt::Display for Flow {
+    /// The flow as `ovs-ofctl -O OpenFlow13 dump-flows --no-stats` prints it
+    /// (`cookie=0x..., table=20, priority=100,ip,nw_src=... actions=...`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cookie={:#x}, table={}, priority={},{} actions={}",
+            self.cookie,
+            self.table,
+            self.priority,
+            self.matches,
+            crate::instruction::format_instructions(&self.instructions)
+        )
+    }
+}
