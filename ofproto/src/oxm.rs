@@ -502,6 +502,32 @@ pub mod ct_state {
     pub const DNAT: u32 = 0x80;
 }
 
+// ---- codec entry points (bodies filled in by the match codec) ----
+
+impl Match {
+    /// Decode an `ofp_match` (type OFPMT_OXM, length, OXM fields, zero padding to 8 bytes),
+    /// consuming the padding too.
+    pub fn decode(r: &mut crate::wire::Reader<'_>) -> Result<Match, crate::DecodeError> {
+        let _ = r;
+        Err(crate::DecodeError::BadMatch(
+            "match decoding not implemented yet".into(),
+        ))
+    }
+
+    /// Encode as an `ofp_match` including its padding to 8 bytes.
+    pub fn encode(&self, w: &mut Vec<u8>) {
+        let _ = w;
+    }
+}
+
+impl std::fmt::Display for Match {
+    /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
+    /// for the match-all.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.fields)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,31 +601,5 @@ mod tests {
         let m = ipv4_field(Field::Ipv4Dst, Ipv4Addr::new(10, 128, 3, 7), 23);
         assert_eq!(&m.value[..], &[10, 128, 2, 0]);
         assert_eq!(m.mask.as_deref().unwrap_or(&[]), &[255, 255, 254, 0]);
-    }
-}
-
-// ---- codec entry points (bodies filled in by the match codec) ----
-
-impl Match {
-    /// Decode an `ofp_match` (type OFPMT_OXM, length, OXM fields, zero padding to 8 bytes),
-    /// consuming the padding too.
-    pub fn decode(r: &mut crate::wire::Reader<'_>) -> Result<Match, crate::DecodeError> {
-        let _ = r;
-        Err(crate::DecodeError::BadMatch(
-            "match decoding not implemented yet".into(),
-        ))
-    }
-
-    /// Encode as an `ofp_match` including its padding to 8 bytes.
-    pub fn encode(&self, w: &mut Vec<u8>) {
-        let _ = w;
-    }
-}
-
-impl std::fmt::Display for Match {
-    /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
-    /// for the match-all.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.fields)
     }
 }
