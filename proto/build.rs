@@ -7,7 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(files, ["proto"])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("flowmesh_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
+    std::fs::write(
+        out.join("flowmesh_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     tonic_prost_build::configure().compile_fds(fds)?;
     Ok(())
 }

@@ -1,1 +1,3 @@
 //! flowmesh controller library: state backends, reconciler, gRPC services.
+
+pub mod state;
