@@ -116,6 +116,12 @@ pub enum Field {
     IpTtl,
     IpFrag,
     TcpFlags,
+    /// `NXM_OF_IN_PORT`: the 16-bit in_port of the original NXM (move/load use it).
+    NxmInPort,
+    /// `NXM_OF_VLAN_TCI`: the whole 802.1Q TCI.
+    VlanTci,
+    /// `NXM_OF_IP_TOS`: the DSCP bits in place (`nw_tos`).
+    IpTos,
 }
 
 /// Static description of a known field.
@@ -145,15 +151,32 @@ const fn of0(field: u8) -> OxmHeader {
     OxmHeader::new(OXM_CLASS_NXM0, field)
 }
 
+/// Experimenter id of the ONF extension fields (`ONFOXM_ET_*`), "ONF\0".
+pub const ONF_EXPERIMENTER: u32 = 0x4f4e_4600;
+/// Experimenter id of Nicira (`NXOXM_ET_*` fields and NXAST actions).
+pub const NX_EXPERIMENTER: u32 = 0x0000_2320;
+
+/// `ONFOXM_ET_TCP_FLAGS`: the header OVS uses for tcp_flags in OpenFlow 1.3.
+pub const ONFOXM_ET_TCP_FLAGS: OxmHeader = OxmHeader {
+    class: OXM_CLASS_EXPERIMENTER,
+    field: 42,
+    experimenter: Some(ONF_EXPERIMENTER),
+};
+
 macro_rules! fi {
     ($f:expr, $name:expr, $hdr:expr, [$($alias:expr),*], $len:expr, $mask:expr) => {
         FieldInfo { field: $f, name: $name, header: $hdr, aliases: &[$($alias),*], len: $len, maskable: $mask }
     };
 }
 
-/// The table of known fields (OpenFlow 1.3.5 §7.2.3.7 Table 12; nicira-ext.h / meta-flow.h).
+/// The table of known fields (OpenFlow 1.3.5 §7.2.3.7 Table 12; nicira-ext.h / meta-flow.h;
+/// numbers checked against ovs-fields(7) of Open vSwitch 3.1). `name` is Open vSwitch's field
+/// name as `set_field` prints it; `header` is what OVS emits in an OpenFlow 1.3 match.
+///
+/// An alias must have the same width as its field: `NXM_OF_IN_PORT` (16 bits) is therefore its
+/// own field, [`Field::NxmInPort`], not an alias of the 32-bit `OXM_OF_IN_PORT`.
 pub static FIELDS: &[FieldInfo] = &[
-    fi!(Field::InPort, "in_port", b(0), [of0(0)], 4, false),
+    fi!(Field::InPort, "in_port_oxm", b(0), [], 4, false),
     fi!(Field::InPhyPort, "in_phy_port", b(1), [], 4, false),
     fi!(Field::Metadata, "metadata", b(2), [], 8, true),
     fi!(Field::EthDst, "eth_dst", b(3), [of0(1)], 6, true),
@@ -162,18 +185,18 @@ pub static FIELDS: &[FieldInfo] = &[
     fi!(Field::VlanVid, "vlan_vid", b(6), [], 2, true),
     fi!(Field::VlanPcp, "vlan_pcp", b(7), [], 1, false),
     fi!(Field::IpDscp, "ip_dscp", b(8), [], 1, false),
-    fi!(Field::IpEcn, "ip_ecn", b(9), [nx(28)], 1, false),
-    fi!(Field::IpProto, "ip_proto", b(10), [of0(6)], 1, false),
-    fi!(Field::Ipv4Src, "ipv4_src", b(11), [of0(7)], 4, true),
-    fi!(Field::Ipv4Dst, "ipv4_dst", b(12), [of0(8)], 4, true),
+    fi!(Field::IpEcn, "nw_ecn", b(9), [nx(28)], 1, false),
+    fi!(Field::IpProto, "nw_proto", b(10), [of0(6)], 1, false),
+    fi!(Field::Ipv4Src, "ip_src", b(11), [of0(7)], 4, true),
+    fi!(Field::Ipv4Dst, "ip_dst", b(12), [of0(8)], 4, true),
     fi!(Field::TcpSrc, "tcp_src", b(13), [of0(9)], 2, true),
     fi!(Field::TcpDst, "tcp_dst", b(14), [of0(10)], 2, true),
     fi!(Field::UdpSrc, "udp_src", b(15), [of0(11)], 2, true),
     fi!(Field::UdpDst, "udp_dst", b(16), [of0(12)], 2, true),
     fi!(Field::SctpSrc, "sctp_src", b(17), [], 2, true),
     fi!(Field::SctpDst, "sctp_dst", b(18), [], 2, true),
-    fi!(Field::Icmpv4Type, "icmpv4_type", b(19), [of0(13)], 1, false),
-    fi!(Field::Icmpv4Code, "icmpv4_code", b(20), [of0(14)], 1, false),
+    fi!(Field::Icmpv4Type, "icmp_type", b(19), [of0(13)], 1, false),
+    fi!(Field::Icmpv4Code, "icmp_code", b(20), [of0(14)], 1, false),
     fi!(Field::ArpOp, "arp_op", b(21), [of0(15)], 2, false),
     fi!(Field::ArpSpa, "arp_spa", b(22), [of0(16)], 4, true),
     fi!(Field::ArpTpa, "arp_tpa", b(23), [of0(17)], 4, true),
@@ -214,12 +237,22 @@ pub static FIELDS: &[FieldInfo] = &[
     fi!(Field::TunIpv4Src, "tun_src", nx(31), [], 4, true),
     fi!(Field::TunIpv4Dst, "tun_dst", nx(32), [], 4, true),
     fi!(Field::PktMark, "pkt_mark", nx(33), [], 4, true),
-    fi!(Field::TcpFlags, "tcp_flags", nx(34), [], 2, true),
+    fi!(
+        Field::TcpFlags,
+        "tcp_flags",
+        ONFOXM_ET_TCP_FLAGS,
+        [nx(34)],
+        2,
+        true
+    ),
     fi!(Field::ConjId, "conj_id", nx(37), [], 4, false),
     fi!(Field::CtState, "ct_state", nx(105), [], 4, true),
     fi!(Field::CtZone, "ct_zone", nx(106), [], 2, false),
     fi!(Field::CtMark, "ct_mark", nx(107), [], 4, true),
     fi!(Field::CtLabel, "ct_label", nx(108), [], 16, true),
+    fi!(Field::NxmInPort, "in_port", of0(0), [], 2, false),
+    fi!(Field::VlanTci, "vlan_tci", of0(4), [], 2, true),
+    fi!(Field::IpTos, "nw_tos", of0(5), [], 1, false),
 ];
 
 impl Field {
@@ -258,6 +291,21 @@ impl Field {
     /// The header Open vSwitch emits for this field in OpenFlow 1.3.
     pub fn header(self) -> OxmHeader {
         self.info().header
+    }
+
+    /// The header Open vSwitch puts in `move`, `load`, `output:REG` and `ct(zone=...)`: the
+    /// field's NXM header when it has one (NXM class 0 or 1), else its OXM header.
+    pub fn slice_header(self) -> OxmHeader {
+        let info = self.info();
+        let is_nxm = |h: &OxmHeader| h.class == OXM_CLASS_NXM0 || h.class == OXM_CLASS_NXM1;
+        if is_nxm(&info.header) {
+            return info.header;
+        }
+        info.aliases
+            .iter()
+            .find(|h| is_nxm(h))
+            .copied()
+            .unwrap_or(info.header)
     }
 
     /// The `ovs-ofctl` name of the field.
@@ -502,29 +550,290 @@ pub mod ct_state {
     pub const DNAT: u32 = 0x80;
 }
 
-// ---- codec entry points (bodies filled in by the match codec) ----
+// ---- codec ----
+
+/// `OFPMT_OXM`, the only match type of OpenFlow 1.3.
+pub const OFPMT_OXM: u16 = 1;
+
+/// OFPBMC_* codes (OpenFlow 1.3.5 §7.4.4, `ofp_bad_match_code`).
+pub mod bad_match {
+    /// Unsupported match type.
+    pub const BAD_TYPE: u16 = 0;
+    /// Length problem in match.
+    pub const BAD_LEN: u16 = 1;
+    /// Unsupported field in the match (OVS also uses it for a length that does not fit the field).
+    pub const BAD_FIELD: u16 = 6;
+    /// Value bits set where the mask wildcards them.
+    pub const BAD_WILDCARDS: u16 = 5;
+    /// Unsupported value in a match field.
+    pub const BAD_VALUE: u16 = 7;
+    /// Unsupported mask.
+    pub const BAD_MASK: u16 = 8;
+    /// A field appears more than once.
+    pub const DUP_FIELD: u16 = 10;
+}
+
+fn match_err(code: u16, detail: String) -> crate::DecodeError {
+    crate::DecodeError::Rejected {
+        context: "match",
+        err_type: crate::error::ofp_error_type::BAD_MATCH,
+        code,
+        detail,
+    }
+}
+
+impl OxmHeader {
+    /// Bytes the header occupies on the wire (4, or 8 with an experimenter id).
+    pub fn wire_len(&self) -> usize {
+        if self.experimenter.is_some() {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// Read an OXM header (with its experimenter id, if any); returns the header, the hasmask
+    /// bit and the payload length (value plus mask, experimenter id excluded).
+    ///
+    /// Layout (OpenFlow 1.3.5 §7.2.3.2, `OXM_HEADER`; experimenter OXM §7.2.3.9):
+    /// ```text
+    /// | class:16 | field:7 | hasmask:1 | length:8 | [experimenter:32 if class == 0xffff]
+    /// ```
+    /// For the experimenter class, `length` counts the 4-byte experimenter id too.
+    pub fn decode(
+        r: &mut crate::wire::Reader<'_>,
+    ) -> Result<(OxmHeader, bool, usize), crate::DecodeError> {
+        let word = r.u32("oxm header")?;
+        let class = (word >> 16) as u16;
+        let field = ((word >> 9) & 0x7f) as u8;
+        let has_mask = word & 0x100 != 0;
+        let mut len = (word & 0xff) as usize;
+        let experimenter = if class == OXM_CLASS_EXPERIMENTER {
+            if len < 4 {
+                return Err(match_err(
+                    bad_match::BAD_LEN,
+                    format!("experimenter OXM {word:#010x} with length {len} < 4"),
+                ));
+            }
+            len -= 4;
+            Some(r.u32("oxm experimenter id")?)
+        } else {
+            None
+        };
+        Ok((
+            OxmHeader {
+                class,
+                field,
+                experimenter,
+            },
+            has_mask,
+            len,
+        ))
+    }
+
+    /// Write the header for a payload of `payload_len` bytes (value plus mask).
+    pub fn encode(&self, has_mask: bool, payload_len: usize, w: &mut Vec<u8>) {
+        use crate::wire::Writer;
+        let total = payload_len + if self.experimenter.is_some() { 4 } else { 0 };
+        w.put_u32(self.word(has_mask, total.min(255) as u8));
+        if let Some(e) = self.experimenter {
+            w.put_u32(e);
+        }
+    }
+}
+
+impl MatchField {
+    /// Decode one OXM TLV, validating it as Open vSwitch does for known fields: the payload is
+    /// the field width (twice that with a mask), a mask on a non-maskable field is all-ones or
+    /// all-zeros, no value bit is set outside the mask (OFPBMC_BAD_WILDCARDS), and a few fields
+    /// have range checks (OFPBMC_BAD_VALUE). Unknown fields are kept as they are.
+    pub fn decode(r: &mut crate::wire::Reader<'_>) -> Result<MatchField, crate::DecodeError> {
+        let (header, has_mask, len) = OxmHeader::decode(r)?;
+        let payload = r.bytes(len, "oxm payload")?;
+        let (value, mask) = if has_mask {
+            if len % 2 != 0 {
+                return Err(match_err(
+                    bad_match::BAD_LEN,
+                    format!("masked OXM {header:?} with odd payload length {len}"),
+                ));
+            }
+            let (v, m) = payload.split_at(len / 2);
+            (FieldBytes::from_slice(v), Some(FieldBytes::from_slice(m)))
+        } else {
+            (FieldBytes::from_slice(payload), None)
+        };
+        let mf = MatchField {
+            header,
+            value,
+            mask,
+        };
+        if let Some(field) = header.known() {
+            mf.validate(field)?;
+        }
+        Ok(mf)
+    }
+
+    fn validate(&self, field: Field) -> Result<(), crate::DecodeError> {
+        let name = field.name();
+        if self.value.len() != field.len() {
+            return Err(match_err(
+                bad_match::BAD_FIELD,
+                format!(
+                    "{name}: {} value bytes, the field has {}",
+                    self.value.len(),
+                    field.len()
+                ),
+            ));
+        }
+        if let Some(mask) = &self.mask {
+            let trivial = mask.iter().all(|&b| b == 0) || mask.iter().all(|&b| b == 0xff);
+            if !field.info().maskable && !trivial {
+                return Err(match_err(
+                    bad_match::BAD_MASK,
+                    format!("{name} cannot be masked"),
+                ));
+            }
+            if self.value.iter().zip(mask).any(|(v, m)| v & !m != 0) {
+                return Err(match_err(
+                    bad_match::BAD_WILDCARDS,
+                    format!("{name}: 1-bits in the value for bits wildcarded by the mask"),
+                ));
+            }
+        }
+        let v = self.value_u64();
+        let limit: Option<u64> = match field {
+            Field::VlanVid => Some(0x1fff),
+            Field::VlanPcp | Field::MplsTc => Some(7),
+            Field::IpDscp => Some(0x3f),
+            Field::IpEcn => Some(3),
+            Field::MplsBos => Some(1),
+            Field::Ipv6Flabel | Field::MplsLabel => Some(0xf_ffff),
+            Field::CtState => Some(0xff),
+            Field::IpFrag => Some(3),
+            Field::TcpFlags => Some(0x0fff),
+            Field::ArpOp => Some(0xff),
+            _ => None,
+        };
+        let bad_tos = field == Field::IpTos && v & 3 != 0;
+        if limit.is_some_and(|l| v > l) || bad_tos {
+            return Err(match_err(
+                bad_match::BAD_VALUE,
+                format!("{name}: value {v:#x} out of range"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Encode as one OXM TLV with this entry's exact header.
+    pub fn encode(&self, w: &mut Vec<u8>) {
+        use crate::wire::Writer;
+        let mask = self.mask.as_deref().unwrap_or(&[]);
+        self.header
+            .encode(self.mask.is_some(), self.value.len() + mask.len(), w);
+        w.put_slice(&self.value);
+        w.put_slice(mask);
+    }
+
+    /// Value and mask with the value cleared outside the mask; `None` when the mask is all
+    /// zeros (the field matches anything, as if absent).
+    pub fn effective(&self) -> Option<(FieldBytes, FieldBytes)> {
+        match &self.mask {
+            None => Some((
+                self.value.clone(),
+                self.value.iter().map(|_| 0xff).collect(),
+            )),
+            Some(m) if m.iter().all(|&b| b == 0) => None,
+            Some(m) => Some((
+                self.value.iter().zip(m).map(|(v, m)| v & m).collect(),
+                m.clone(),
+            )),
+        }
+    }
+}
 
 impl Match {
     /// Decode an `ofp_match` (type OFPMT_OXM, length, OXM fields, zero padding to 8 bytes),
     /// consuming the padding too.
+    ///
+    /// Layout (OpenFlow 1.3.5 §7.2.3.1, `struct ofp_match`, 4 + N bytes, padded to 8):
+    /// ```text
+    /// | type:16 = OFPMT_OXM (1) | length:16 (header + OXMs, padding excluded) |
+    /// | oxm_fields[length - 4] | pad to a multiple of 8 |
+    /// ```
+    /// Fields keep their wire order and exact headers; unknown and experimenter fields are
+    /// kept. A known field appearing twice is rejected (OFPBMC_DUP_FIELD), as OVS does.
+    /// Padding bytes are skipped, not checked (OVS does not check them either).
     pub fn decode(r: &mut crate::wire::Reader<'_>) -> Result<Match, crate::DecodeError> {
-        let _ = r;
-        Err(crate::DecodeError::BadMatch(
-            "match decoding not implemented yet".into(),
-        ))
+        let ty = r.u16("ofp_match type")?;
+        let len = r.u16("ofp_match length")? as usize;
+        if ty != OFPMT_OXM {
+            return Err(match_err(
+                bad_match::BAD_TYPE,
+                format!("match type {ty} (only OFPMT_OXM = 1 is OpenFlow 1.3)"),
+            ));
+        }
+        if len < 4 {
+            return Err(match_err(
+                bad_match::BAD_LEN,
+                format!("ofp_match length {len} < 4"),
+            ));
+        }
+        let mut body = r
+            .sub(len - 4, "ofp_match fields")
+            .map_err(|e| match_err(bad_match::BAD_LEN, e.to_string()))?;
+        r.skip((8 - len % 8) % 8, "ofp_match padding")
+            .map_err(|e| match_err(bad_match::BAD_LEN, e.to_string()))?;
+        let mut fields: Vec<MatchField> = Vec::new();
+        while !body.is_empty() {
+            let f = MatchField::decode(&mut body).map_err(|e| match e {
+                crate::DecodeError::Truncated { .. } => {
+                    match_err(bad_match::BAD_LEN, e.to_string())
+                }
+                other => other,
+            })?;
+            if let Some(k) = f.field() {
+                if fields.iter().any(|g| g.field() == Some(k)) {
+                    return Err(match_err(
+                        bad_match::DUP_FIELD,
+                        format!("{} appears twice", k.name()),
+                    ));
+                }
+            }
+            fields.push(f);
+        }
+        Ok(Match { fields })
     }
 
     /// Encode as an `ofp_match` including its padding to 8 bytes.
     pub fn encode(&self, w: &mut Vec<u8>) {
-        let _ = w;
+        use crate::wire::Writer;
+        let start = w.len();
+        w.put_u16(OFPMT_OXM);
+        w.put_u16(0);
+        for f in &self.fields {
+            f.encode(w);
+        }
+        let len = w.len() - start;
+        w.patch_u16(start + 2, len.min(0xffff) as u16);
+        w.pad_to_8(start);
+    }
+
+    /// Bytes `encode` writes (padding included).
+    pub fn encoded_len(&self) -> usize {
+        let raw: usize = 4 + self
+            .fields
+            .iter()
+            .map(|f| f.header.wire_len() + f.value.len() + f.mask.as_ref().map_or(0, |m| m.len()))
+            .sum::<usize>();
+        raw.div_ceil(8) * 8
     }
 }
 
 impl std::fmt::Display for Match {
     /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
-    /// for the match-all.
+    /// for the match-all. See [`crate::text::matches`] for the rules.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.fields)
+        f.write_str(&crate::text::matches::format_match(self, None))
     }
 }
 
@@ -586,6 +895,9 @@ mod tests {
             Field::IpTtl,
             Field::IpFrag,
             Field::TcpFlags,
+            Field::NxmInPort,
+            Field::VlanTci,
+            Field::IpTos,
         ];
         all.extend((0..16).map(Field::Reg));
         for f in all {
