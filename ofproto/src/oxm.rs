@@ -255,22 +255,44 @@ pub static FIELDS: &[FieldInfo] = &[
     fi!(Field::IpTos, "nw_tos", of0(5), [], 1, false),
 ];
 
+fn field_index() -> &'static std::collections::HashMap<Field, usize> {
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<Field, usize>> =
+        std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        FIELDS
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.field, i))
+            .collect()
+    })
+}
+
+fn header_index() -> &'static std::collections::HashMap<OxmHeader, Field> {
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<OxmHeader, Field>> =
+        std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut m = std::collections::HashMap::new();
+        for f in FIELDS {
+            m.insert(f.header, f.field);
+            for a in f.aliases {
+                m.insert(*a, f.field);
+            }
+        }
+        m
+    })
+}
+
 impl Field {
     /// The static description of this field.
     pub fn info(self) -> &'static FieldInfo {
         // FIELDS holds every variant (checked by a unit test), so the fallback is never taken.
-        FIELDS
-            .iter()
-            .find(|f| f.field == self)
-            .unwrap_or(&FIELDS[0])
+        let idx = field_index().get(&self).copied().unwrap_or(0);
+        FIELDS.get(idx).unwrap_or(&FIELDS[0])
     }
 
     /// The semantic field a wire header names, if known (either its OF1.3 header or an alias).
     pub fn from_header(h: OxmHeader) -> Option<Field> {
-        FIELDS
-            .iter()
-            .find(|f| f.header == h || f.aliases.contains(&h))
-            .map(|f| f.field)
+        header_index().get(&h).copied()
     }
 
     /// Value width in bytes.
