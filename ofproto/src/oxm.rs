@@ -173,6 +173,9 @@ macro_rules! fi {
 /// numbers checked against ovs-fields(7) of Open vSwitch 3.1). `name` is Open vSwitch's field
 /// name as `set_field` prints it; `header` is what OVS emits in an OpenFlow 1.3 match.
 ///
+/// `in_phy_port`, `pbb_isid` and `ipv6_exthdr` are OpenFlow 1.3 fields that Open vSwitch 3.1
+/// does not support (it answers OFPBMC_BAD_FIELD); flowmesh still decodes and re-encodes them.
+///
 /// An alias must have the same width as its field: `NXM_OF_IN_PORT` (16 bits) is therefore its
 /// own field, [`Field::NxmInPort`], not an alias of the 32-bit `OXM_OF_IN_PORT`.
 pub static FIELDS: &[FieldInfo] = &[

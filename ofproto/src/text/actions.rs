@@ -22,7 +22,7 @@ pub fn format_slice(sf: &FieldSlice) -> String {
         format!(
             "{name}[{}..{}]",
             sf.ofs,
-            sf.ofs as u32 + sf.n_bits as u32 - 1
+            (sf.ofs as u32 + sf.n_bits as u32).saturating_sub(1)
         )
     }
 }
