@@ -598,6 +598,47 @@ fn action_cases() -> Vec<(&'static str, Match, Vec<Action>)> {
                 Action::set_field_u64(Ipv6Flabel, 0x1234),
             ],
         ),
+        // `set_field:N->in_port_oxm` (OXM_OF_IN_PORT): OVS 3.1 encodes it but its own decoder
+        // answers OFPBAC_BAD_SET_ARGUMENT, so only the NXM in_port is checked here.
+        (
+            "set_field nxm in_port",
+            m(vec![]),
+            vec![Action::set_field_u64(NxmInPort, 4)],
+        ),
+        (
+            "set_field nxm tos",
+            ipm(),
+            vec![Action::set_field_u64(IpTos, 0x28)],
+        ),
+        (
+            "set_field tci",
+            m(vec![ex(VlanVid, 0x1005)]),
+            vec![Action::set_field_u64(VlanTci, 0x1006)],
+        ),
+        (
+            "set_field icmp",
+            m(proto(0x0800, 1)),
+            vec![
+                Action::set_field_u64(Icmpv4Type, 8),
+                Action::set_field_u64(Icmpv4Code, 1),
+            ],
+        ),
+        (
+            "set_field icmp6",
+            m(proto(0x86dd, 58)),
+            vec![
+                Action::set_field_u64(Icmpv6Type, 128),
+                Action::set_field_u64(Icmpv6Code, 0),
+            ],
+        ),
+        (
+            "set_field mpls",
+            m(vec![ex(EthType, 0x8847)]),
+            vec![
+                Action::set_field_u64(MplsLabel, 100),
+                Action::set_field_u64(MplsTc, 2),
+            ],
+        ), // mpls_bos is read-only
         (
             "set_field masked (reg_load2)",
             m(vec![]),
