@@ -62,6 +62,15 @@ pub enum DecodeError {
         context: &'static str,
         detail: String,
     },
+    /// Malformed input rejected with the exact OFPT_ERROR type/code Open vSwitch answers
+    /// (e.g. OFPBMC_BAD_WILDCARDS for value bits outside a mask, OFPBAC_BAD_LEN).
+    #[error("{context}: {detail}")]
+    Rejected {
+        context: &'static str,
+        err_type: u16,
+        code: u16,
+        detail: String,
+    },
 }
 
 impl DecodeError {
@@ -87,6 +96,7 @@ impl DecodeError {
             DecodeError::BadInstruction(_) => (BAD_INSTRUCTION, 0),
             // OFPBRC_EPERM would not fit; a bad value in a request is BAD_REQUEST/BAD_LEN-like.
             DecodeError::BadValue { .. } => (BAD_REQUEST, 6),
+            DecodeError::Rejected { err_type, code, .. } => (*err_type, *code),
         }
     }
 }

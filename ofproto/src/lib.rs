@@ -6,6 +6,7 @@ pub mod error;
 pub mod flow;
 pub mod instruction;
 pub mod oxm;
+pub mod text;
 pub mod wire;
 
 pub use action::{Action, FieldSlice};
