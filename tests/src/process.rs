@@ -183,14 +183,30 @@ pub fn proc_stat(pid: u32) -> Option<(char, u64, u32)> {
     Some((state, start, ppid))
 }
 
-/// True if `pid` names a live process (not a zombie), optionally with the given start time.
+/// True if `pid` names a live process (not a zombie, not merely a thread id, which /proc also
+/// answers for), optionally with the given start time.
 pub fn pid_alive(pid: u32, start_time: Option<u64>) -> bool {
     match proc_stat(pid) {
         None => false,
         Some((state, start, _)) => {
-            state != 'Z' && state != 'X' && start_time.is_none_or(|t| t == start)
+            state != 'Z'
+                && state != 'X'
+                && start_time.is_none_or(|t| t == start)
+                && thread_group_leader(pid)
         }
     }
+}
+
+/// True unless /proc/PID/status says PID is a non-leader thread of another process.
+fn thread_group_leader(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_none_or(|tgid| tgid == pid)
 }
 
 /// The command line of `pid` with NULs turned into spaces, if readable.

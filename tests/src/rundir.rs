@@ -157,11 +157,11 @@ fn owner_pid_of(name: &str) -> Option<u32> {
 }
 
 /// True if the run `fmh<PID>-<N>` belongs to a process that is still alive.
-fn owner_alive(id: &str) -> bool {
+fn owner_alive(base: &Path, id: &str) -> bool {
     let Some(pid) = owner_pid_of(id) else {
         return true; // not ours to judge
     };
-    let marker = base_dir().join(id).join("owner");
+    let marker = base.join(id).join("owner");
     let start = fs::read_to_string(marker).ok().and_then(|t| {
         let mut it = t.split_whitespace();
         let p: u32 = it.next()?.parse().ok()?;
@@ -171,25 +171,31 @@ fn owner_alive(id: &str) -> bool {
     pid_alive(pid, start)
 }
 
-/// Removes leftovers (processes, namespaces, run directories) of runs whose owner is dead.
+/// Removes leftovers (processes, namespaces, run directories) of runs whose owner is dead,
+/// under [`base_dir`] and among all `fmh` namespaces.
 pub fn reap_stale_runs() -> ReapReport {
+    reap_stale_runs_in(&base_dir())
+}
+
+/// [`reap_stale_runs`] with run directories looked up under `base`.
+pub fn reap_stale_runs_in(base: &Path) -> ReapReport {
     let mut report = ReapReport::default();
     // Namespaces first: `ip netns list` shows also ones whose directory is already gone.
     for ns in list_netns() {
         let Some(id) = run_id_of_netns(&ns) else {
             continue;
         };
-        if !owner_alive(&id) {
+        if !owner_alive(base, &id) {
             report.pids.extend(kill_netns_pids(&ns));
             if delete_netns(&ns) {
                 report.namespaces.push(ns);
             }
         }
     }
-    if let Ok(entries) = fs::read_dir(base_dir()) {
+    if let Ok(entries) = fs::read_dir(base) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if owner_pid_of(&name).is_none() || owner_alive(&name) {
+            if owner_pid_of(&name).is_none() || owner_alive(base, &name) {
                 continue;
             }
             let (pids, nss) = reap_dir(&e.path());
@@ -333,7 +339,7 @@ mod tests {
         let a = RunDir::create().expect("run dir a");
         let b = RunDir::create().expect("run dir b");
         assert_ne!(a.path(), b.path());
-        assert!(owner_alive(a.id()));
+        assert!(owner_alive(&base_dir(), a.id()));
         let owner = fs::read_to_string(a.path().join("owner")).expect("owner");
         assert!(owner.starts_with(&format!("{} ", std::process::id())));
         a.remove();
