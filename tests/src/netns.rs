@@ -11,7 +11,7 @@
 //! * `<id>-n<i>` (node i, 1-based): `eth0` (veth to the underlay) in bridge `br-phy`
 //!   (netdev, hwaddr `0a:00:00:00:00:<i>`) whose tap holds 172.31.X.i/24 -- userspace
 //!   tunnelling must route out through an OVS bridge port; integration bridge `br0` (netdev,
-//!   OpenFlow13, fail_mode=secure, disable-in-band) with `vxlan0` at ofport 1 (remote_ip=flow,
+//!   OpenFlow13, fail_mode=secure, disable-in-band, datapath id i) with `vxlan0` at ofport 1 (remote_ip=flow,
 //!   key=flow, local_ip=172.31.X.i) and optionally `tun0` (internal) at ofport 2.
 //! * `<id>-n<i>-<pod>`: a pod; `eth0` (MTU 1450, tx checksum offload off) whose peer `<pod>`
 //!   sits on the node's `br0`.
@@ -145,9 +145,38 @@ impl LabBuilder {
         let ctl_cidr = format!("{}/24", lab.controller_ip());
         lab.ip(&["-n", &ctl, "addr", "add", &ctl_cidr, "dev", "eth0"])?;
         lab.ip(&["-n", &ctl, "link", "set", "eth0", "up"])?;
-        for i in 1..=self.nodes {
-            let node = lab.start_node(i, &self)?;
-            lab.nodes.push(node);
+        // TCP from a veth with TX checksum offload reaches the userspace datapath with partial
+        // checksums, and the node's kernel drops it: compute checksums in software.
+        lab.tx_offload_off(&ctl, "eth0")?;
+        // Nodes come up in parallel; every one that started is kept so drop can clean it.
+        let results: Vec<Result<LabNode>> = std::thread::scope(|s| {
+            let lab = &lab;
+            let cfg = &self;
+            let handles: Vec<_> = (1..=self.nodes)
+                .map(|i| s.spawn(move || lab.start_node(i, cfg)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(HarnessError::Invalid(
+                            "node start-up thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(node) => lab.nodes.push(node),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
         }
         if self.seed_neighbors {
             lab.seed_tunnel_neighbors()?;
@@ -369,6 +398,13 @@ impl NetnsLab {
         Ok(name)
     }
 
+    /// `ethtool -K IFNAME tx off` inside `ns`. Any veth whose namespace originates TCP into the
+    /// userspace datapath needs it (pods, controllers), or checksums stay partial and TCP fails.
+    pub fn tx_offload_off(&self, ns: &str, ifname: &str) -> Result<()> {
+        self.run_in(ns, "ethtool", &["-K", ifname, "tx", "off"])
+            .map(|_| ())
+    }
+
     /// Creates a veth pair with `if_a` in namespace `ns_a` and `if_b` in `ns_b` (made directly
     /// inside the namespaces, so names only need to be unique there).
     pub fn add_veth(&self, ns_a: &str, if_a: &str, ns_b: &str, if_b: &str) -> Result<()> {
@@ -393,78 +429,63 @@ impl NetnsLab {
         let underlay_ip = self.underlay_ip(i);
         let phy_mac = format!("0a:00:00:00:{:02x}:{:02x}", i >> 8, i & 0xff);
         let br = cfg.bridge.as_str();
-        let mut args: Vec<String> = [
+        let dpid = format!("other-config:datapath-id={i:016x}");
+        let hwaddr = format!("other-config:hwaddr={phy_mac}");
+        let vx_ofport = format!("ofport_request={VXLAN_OFPORT}");
+        let local_ip = format!("options:local_ip={underlay_ip}");
+        let mut args: Vec<String> = Vec::new();
+        let mut add = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
+        add(&["--", "add-br", "br-phy", "--", "set", "bridge", "br-phy"]);
+        add(&["datapath_type=netdev", &hwaddr]);
+        add(&["--", "add-port", "br-phy", "eth0"]);
+        add(&[
             "--",
             "add-br",
-            "br-phy",
+            br,
             "--",
             "set",
             "bridge",
-            "br-phy",
+            br,
             "datapath_type=netdev",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        args.push(format!("other-config:hwaddr={phy_mac}"));
-        args.extend(
-            [
+        ]);
+        add(&["protocols=OpenFlow13", "fail_mode=secure", &dpid]);
+        add(&["other-config:disable-in-band=true"]);
+        add(&[
+            "--",
+            "add-port",
+            br,
+            "vxlan0",
+            "--",
+            "set",
+            "interface",
+            "vxlan0",
+        ]);
+        add(&[
+            "type=vxlan",
+            &vx_ofport,
+            "options:remote_ip=flow",
+            "options:key=flow",
+        ]);
+        add(&[&local_ip]);
+        if let Some(p) = cfg.vxlan_dst_port {
+            add(&[&format!("options:dst_port={p}")]);
+        }
+        if cfg.tun0 {
+            add(&[
                 "--",
                 "add-port",
-                "br-phy",
-                "eth0",
-                "--",
-                "add-br",
                 br,
-                "--",
-                "set",
-                "bridge",
-                br,
-                "datapath_type=netdev",
-                "protocols=OpenFlow13",
-                "fail_mode=secure",
-                "other-config:disable-in-band=true",
-                "--",
-                "add-port",
-                br,
-                "vxlan0",
+                "tun0",
                 "--",
                 "set",
                 "interface",
-                "vxlan0",
-                "type=vxlan",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned()),
-        );
-        args.push(format!("ofport_request={VXLAN_OFPORT}"));
-        args.push("options:remote_ip=flow".into());
-        args.push("options:key=flow".into());
-        args.push(format!("options:local_ip={underlay_ip}"));
-        if let Some(p) = cfg.vxlan_dst_port {
-            args.push(format!("options:dst_port={p}"));
-        }
-        if cfg.tun0 {
-            args.extend(
-                [
-                    "--",
-                    "add-port",
-                    br,
-                    "tun0",
-                    "--",
-                    "set",
-                    "interface",
-                    "tun0",
-                    "type=internal",
-                ]
-                .iter()
-                .map(|s| (*s).to_owned()),
-            );
-            args.push(format!("ofport_request={TUN0_OFPORT}"));
+                "tun0",
+            ]);
+            add(&["type=internal", &format!("ofport_request={TUN0_OFPORT}")]);
         }
         if let Some(port) = cfg.controller_port {
-            args.extend(["--".to_owned(), "set-controller".into(), br.to_owned()]);
-            args.push(format!("tcp:{}:{port}", self.controller_ip()));
+            let target = format!("tcp:{}:{port}", self.controller_ip());
+            add(&["--", "set-controller", br, &target]);
         }
         ovs.vsctl(&args)?;
         let cidr = format!("{underlay_ip}/24");
@@ -490,6 +511,14 @@ impl NetnsLab {
                     &m.phy_mac,
                 ])?;
             }
+        }
+        Ok(())
+    }
+
+    /// Sets every node's integration-bridge controller target.
+    pub fn set_controller_all(&self, target: &str) -> Result<()> {
+        for n in &self.nodes {
+            n.ovs.set_controller(&self.bridge, target)?;
         }
         Ok(())
     }
@@ -530,9 +559,7 @@ impl NetnsLab {
         self.ip(&[
             "-n", &ns, "link", "set", "eth0", "address", mac, "mtu", &mtu, "up",
         ])?;
-        run_checked(
-            Command::new("ip").args(["netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off"]),
-        )?;
+        self.tx_offload_off(&ns, "eth0")?;
         self.ip(&["-n", &ns, "addr", "add", cidr, "dev", "eth0"])?;
         self.ip(&["-n", &ns, "route", "add", "default", "via", &gw.to_string()])?;
         self.ip(&["-n", &n.ns, "link", "set", name, "mtu", &mtu, "up"])?;

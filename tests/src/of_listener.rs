@@ -5,13 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::error::{HarnessError, Result};
+use crate::tcp::in_netns;
 
 const OFP13: u8 = 4;
 const OFPT_HELLO: u8 = 0;
@@ -46,11 +47,30 @@ pub struct OfHandshakeListener {
 impl OfHandshakeListener {
     /// Binds 127.0.0.1 on a port the kernel picks and starts accepting.
     pub fn bind() -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|source| HarnessError::Net {
+            context: "bind 127.0.0.1:0".into(),
+            source,
+        })?;
+        Self::serve_on(listener)
+    }
+
+    /// Binds `ip` (port picked by the kernel) inside network namespace `ns`, e.g. a
+    /// `NetnsLab`'s controller namespace, and starts accepting.
+    pub fn bind_in_netns(ns: &str, ip: IpAddr) -> Result<Self> {
+        let listener = in_netns(ns, move || {
+            TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| HarnessError::Net {
+                context: format!("bind {ip}:0"),
+                source,
+            })
+        })?;
+        Self::serve_on(listener)
+    }
+
+    fn serve_on(listener: TcpListener) -> Result<Self> {
         let net = |context: &str| {
             let context = context.to_owned();
             move |source| HarnessError::Net { context, source }
         };
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(net("bind 127.0.0.1:0"))?;
         let addr = listener.local_addr().map_err(net("local_addr"))?;
         listener
             .set_nonblocking(true)

@@ -5,6 +5,7 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -220,7 +221,8 @@ impl OvsInstance {
                     died = Some(st);
                     return Ok(true);
                 }
-                Ok(socket.exists())
+                // The file appears at bind(), before listen(): only a connect proves readiness.
+                Ok(UnixStream::connect(socket).is_ok())
             },
         );
         if let Some(st) = died {

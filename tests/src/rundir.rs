@@ -131,7 +131,9 @@ pub struct ReapReport {
     pub namespaces: Vec<String>,
 }
 
-fn reap_stale_once() {
+/// Runs [`reap_stale_runs`] once per process (harness constructors call it; later calls wait
+/// for the first to finish and then return).
+pub fn reap_stale_once() {
     REAP_ONCE.call_once(|| {
         let report = reap_stale_runs();
         if report != ReapReport::default() {

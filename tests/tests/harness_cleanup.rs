@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::process_gone;
-use flowmesh_tests::rundir::{list_netns, reap_stale_runs_in};
+use flowmesh_tests::rundir::{list_netns, reap_stale_once, reap_stale_runs_in};
 use flowmesh_tests::{BridgeSpec, NetnsLab, OvsSandbox};
 
 #[derive(Default)]
@@ -99,6 +99,8 @@ fn exited_within(child: &mut std::process::Child, what: &str) -> std::process::E
 
 #[test]
 fn reaper_removes_leftovers_of_a_dead_run() {
+    // Let this process's start-up reaper finish first, so it cannot race with the set-up below.
+    reap_stale_once();
     // An owner PID above pid_max can never be alive.
     let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()

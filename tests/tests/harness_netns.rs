@@ -3,9 +3,10 @@
 mod common;
 
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::{lab_with_pods, pod_ip};
+use flowmesh_tests::OfHandshakeListener;
 
 /// Three nodes, one pod each, hand-written VXLAN flows: pods on different nodes ping each
 /// other and a 5 MB TCP stream crosses VXLAN. Removing the tunnel flow breaks the ping.
@@ -62,6 +63,18 @@ fn three_node_lab_ping_and_tcp_across_vxlan() {
         .appctl(["dpctl/dump-flows"])
         .expect("dpctl");
     assert!(dp.contains("tnl_push("), "{dp}");
+
+    // The controller namespace is reachable from every node over the underlay: each node's
+    // br0 completes an OpenFlow handshake with a listener there (datapath id = node number).
+    let listener =
+        OfHandshakeListener::bind_in_netns(lab.controller_ns(), IpAddr::V4(lab.controller_ip()))
+            .expect("listener in the controller namespace");
+    lab.set_controller_all(&listener.target())
+        .expect("set controllers");
+    let got = listener
+        .wait_for(3, Duration::from_secs(10))
+        .expect("3 nodes reach the controller namespace");
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
 
     // Without node 1's route to node 2's pods, the ping must fail.
     let n1 = lab.node(1).expect("node 1");
