@@ -155,5 +155,13 @@ fn reaper_removes_leftovers_of_a_dead_run() {
     assert!(!list_netns().contains(&ns), "leftover namespace reaped");
     assert!(!dir.exists(), "leftover run dir reaped");
     assert_eq!(report.dirs, vec![dir]);
-    let _ = fs::remove_dir_all(&base);
+}
+
+/// Removes the test's private base directory even when an assertion fails.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
