@@ -112,6 +112,7 @@ fn reaper_removes_leftovers_of_a_dead_run() {
         "/tmp/flowmesh-harness-reaptest-{}",
         std::process::id()
     ));
+    let _cleanup = RemoveOnDrop(base.clone());
     let id = format!("fmh{dead}-1");
     let dir = base.join(&id);
     fs::create_dir_all(&dir).expect("dir");
