@@ -1,1 +1,10 @@
-//! flowmesh topology: cluster model, allocators, pipeline, FlowSet diff, simulator.
+//! flowmesh topology: cluster model, allocators, pipeline, FlowSet diff, simulator. No I/O.
+
+pub mod alloc;
+pub mod cidr;
+pub mod config;
+pub mod model;
+
+pub use cidr::Ipv4Cidr;
+pub use config::{ClusterNetworkConfig, ClusterNetworkEntry, Mode};
+pub use model::{Affected, ClusterModel, ModelError, PodAttach, PodInfo, PodKey};
