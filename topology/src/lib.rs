@@ -8,3 +8,6 @@ pub mod model;
 pub use cidr::Ipv4Cidr;
 pub use config::{ClusterNetworkConfig, ClusterNetworkEntry, Mode};
 pub use model::{Affected, ClusterModel, ModelError, PodAttach, PodInfo, PodKey};
+pub mod pipeline;
+
+pub use pipeline::{compute_node, FlowDiff, FlowSet, Pipeline, PipelineError};
