@@ -9,5 +9,6 @@ pub use cidr::Ipv4Cidr;
 pub use config::{ClusterNetworkConfig, ClusterNetworkEntry, Mode};
 pub use model::{Affected, ClusterModel, ModelError, PodAttach, PodInfo, PodKey};
 pub mod pipeline;
+pub mod sim;
 
 pub use pipeline::{compute_node, FlowDiff, FlowSet, Pipeline, PipelineError};

@@ -169,7 +169,7 @@ impl FlowSet {
     }
 
     /// The flows in order.
-    pub fn iter(&self) -> impl Iterator<Item = &Flow> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Flow> + '_ {
         self.runs.iter().flat_map(|r| r.slice().iter())
     }
 
