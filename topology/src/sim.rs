@@ -414,7 +414,7 @@ impl Simulator {
             }
             for v in tables.values_mut() {
                 // Highest priority first; ties keep FlowSet order (deterministic).
-                v.sort_by(|a, b| b.priority.cmp(&a.priority));
+                v.sort_by_key(|f| std::cmp::Reverse(f.priority));
             }
             let groups = n
                 .flows
