@@ -1,6 +1,7 @@
 //! flowmesh topology: cluster model, allocators, pipeline, FlowSet diff, simulator. No I/O.
 
 pub mod alloc;
+pub mod bench;
 pub mod cidr;
 pub mod config;
 pub mod model;

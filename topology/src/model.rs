@@ -266,6 +266,7 @@ struct NodeEntry {
     vertex: NodeIndex,
     pod_ips: PodIpAllocator,
     pods: BTreeSet<PodKey>,
+    ofports: BTreeMap<u32, PodKey>,
 }
 
 #[derive(Clone, Debug)]
@@ -482,6 +483,7 @@ impl ClusterModel {
                 vertex: v,
                 pod_ips,
                 pods: BTreeSet::new(),
+                ofports: BTreeMap::new(),
             },
         );
         self.node_epoch += 1;
@@ -850,11 +852,7 @@ impl ClusterModel {
                 ofport,
             });
         }
-        if let Some(other) = n
-            .pods
-            .iter()
-            .find(|k| self.pods.get(*k).is_some_and(|e| e.info.ofport == ofport))
-        {
+        if let Some(other) = n.ofports.get(&ofport) {
             return Err(ModelError::OfportInUse {
                 pod: key.clone(),
                 node: node.to_string(),
@@ -870,6 +868,7 @@ impl ClusterModel {
         if let Some(n) = self.nodes.get_mut(&info.node) {
             self.graph.add_edge(v, n.vertex, Edge::PodOnNode);
             n.pods.insert(info.key.clone());
+            n.ofports.insert(info.ofport, info.key.clone());
         }
         if let Some(ns) = self.namespaces.get_mut(&info.key.namespace) {
             self.graph.add_edge(v, ns.vertex, Edge::PodInNamespace);
@@ -889,6 +888,7 @@ impl ClusterModel {
         self.graph.remove_node(e.vertex);
         if let Some(n) = self.nodes.get_mut(&e.info.node) {
             n.pods.remove(&key);
+            n.ofports.remove(&e.info.ofport);
             n.pod_ips.release(e.info.ip);
         }
         if let Some(ns) = self.namespaces.get_mut(namespace) {
@@ -928,6 +928,10 @@ impl ClusterModel {
             });
         }
         if let Some(e) = self.pods.get_mut(&key) {
+            if let Some(n) = self.nodes.get_mut(&node) {
+                n.ofports.remove(&e.info.ofport);
+                n.ofports.insert(ofport, key.clone());
+            }
             e.info.port_name = port_name.to_string();
             e.info.ofport = ofport;
         }

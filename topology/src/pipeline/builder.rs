@@ -3,7 +3,37 @@
 
 use super::priority::Band;
 use super::tables::TableId;
-use ofproto::{Action, Field, Flow, Instruction, Match};
+use ofproto::oxm::{OXM_CLASS_NXM1, OXM_CLASS_OPENFLOW_BASIC};
+use ofproto::{Action, Field, Flow, Instruction, Match, OxmHeader};
+use std::sync::OnceLock;
+
+/// `Field::from_header` through a direct table for the OpenFlow basic and NXM1 classes (the
+/// builder resolves every field of every flow; a linear scan showed up in profiles).
+fn field_of(h: OxmHeader) -> Option<Field> {
+    static TABLE: OnceLock<Vec<Option<Field>>> = OnceLock::new();
+    let slot = |h: OxmHeader| match (h.class, h.experimenter) {
+        (OXM_CLASS_OPENFLOW_BASIC, None) => Some(h.field as usize & 0x7f),
+        (OXM_CLASS_NXM1, None) => Some(128 + (h.field as usize & 0x7f)),
+        _ => None,
+    };
+    let t = TABLE.get_or_init(|| {
+        let mut t = vec![None; 256];
+        for f in ofproto::oxm::FIELDS {
+            if let Some(i) = slot(f.header) {
+                t[i] = Some(f.field);
+            }
+        }
+        t
+    });
+    match slot(h) {
+        Some(i) => t
+            .get(i)
+            .copied()
+            .flatten()
+            .or_else(|| Field::from_header(h)),
+        None => Field::from_header(h),
+    }
+}
 
 /// A flow the pipeline refused to build: a bug in the pipeline, reported with context.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -115,7 +145,7 @@ impl FlowBuilder {
         let spec = table.spec();
         let mut seen: Vec<Field> = Vec::with_capacity(self.matches.fields.len());
         for mf in &self.matches.fields {
-            let f = mf.field().ok_or(PipelineError::UnknownField { table })?;
+            let f = field_of(mf.header).ok_or(PipelineError::UnknownField { table })?;
             if !spec.matches.contains(&f) {
                 return Err(PipelineError::MatchNotAllowed {
                     table,
@@ -165,8 +195,14 @@ impl FlowBuilder {
 }
 
 fn check_prerequisites(table: TableId, m: &Match, seen: &[Field]) -> Result<(), PipelineError> {
-    let eth = m.get(Field::EthType).map(|f| f.value_u64() as u16);
-    let proto = m.get(Field::IpProto).map(|f| f.value_u64() as u8);
+    let get = |want: Field| {
+        m.fields
+            .iter()
+            .find(|f| field_of(f.header) == Some(want))
+            .map(|f| f.value_u64())
+    };
+    let eth = get(Field::EthType).map(|v| v as u16);
+    let proto = get(Field::IpProto).map(|v| v as u8);
     for f in seen {
         let need: Option<(bool, &'static str)> = match f {
             Field::Ipv4Src | Field::Ipv4Dst | Field::IpProto => {
@@ -192,7 +228,7 @@ fn check_prerequisites(table: TableId, m: &Match, seen: &[Field]) -> Result<(), 
 }
 
 fn check_set(table: TableId, header: ofproto::OxmHeader) -> Result<(), PipelineError> {
-    let f = Field::from_header(header).ok_or(PipelineError::UnknownField { table })?;
+    let f = field_of(header).ok_or(PipelineError::UnknownField { table })?;
     if table.spec().sets.contains(&f) {
         Ok(())
     } else {
