@@ -15,13 +15,19 @@ use std::time::{Duration, Instant};
 pub enum BenchError {
     /// The synthetic cluster could not be built.
     #[error("building the synthetic cluster: {0}")]
-    Model(#[from] ModelError),
+    Model(Box<ModelError>),
     /// The pipeline refused a flow.
     #[error("computing flows: {0}")]
     Pipeline(#[from] PipelineError),
     /// Parameters out of range.
     #[error("bad parameters: {0}")]
     Params(String),
+}
+
+impl From<ModelError> for BenchError {
+    fn from(e: ModelError) -> Self {
+        BenchError::Model(Box::new(e))
+    }
 }
 
 fn bits_for(n: usize) -> u8 {
