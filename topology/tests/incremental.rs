@@ -235,3 +235,39 @@ fn unchanged_model_gives_empty_diff_and_shares_runs() {
         );
     }
 }
+
+#[test]
+fn recompute_follows_affected() {
+    let s = Spec {
+        mode: topology::Mode::Multitenant,
+        nodes: 3,
+        namespaces: 3,
+        pods: vec![(1, 0), (2, 1)],
+        ops: vec![],
+    };
+    let mut m = build(&s);
+    let mut p = Pipeline::new();
+    let all = p.recompute(&m, &topology::Affected::all()).expect("all");
+    assert_eq!(all.len(), 3);
+    let aff = m
+        .add_pod(PodAttach {
+            namespace: "ns1",
+            name: "new",
+            node: "node2",
+            port_name: "vnew",
+            ofport: 77,
+        })
+        .expect("pod")
+        .1;
+    let changed = p.recompute(&m, &aff).expect("some");
+    assert_eq!(changed.keys().collect::<Vec<_>>(), ["node2"]);
+    let d = FlowSet::diff(&all["node2"], &changed["node2"]);
+    // 5 pod flows + the t80 flow of ns1's NETID, new on node2.
+    assert_eq!((d.adds.len(), d.modifies.len(), d.deletes.len()), (6, 0, 0));
+    let aff = m.delete_node("node1").expect("delete");
+    let after = p.recompute(&m, &aff).expect("all");
+    assert_eq!(after.len(), 2);
+    let d = FlowSet::diff(&all["node0"], &after["node0"]);
+    // node1's three mesh flows leave node0.
+    assert_eq!((d.adds.len(), d.deletes.len()), (0, 3));
+}

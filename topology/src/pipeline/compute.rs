@@ -53,6 +53,32 @@ impl Pipeline {
         Self::default()
     }
 
+    /// The desired FlowSets of every node a mutation affected (all nodes when
+    /// `affected.all_nodes`); caches of nodes no longer in the model are dropped.
+    pub fn recompute(
+        &mut self,
+        model: &ClusterModel,
+        affected: &crate::model::Affected,
+    ) -> Result<BTreeMap<String, FlowSet>, PipelineError> {
+        self.nodes.retain(|n, _| model.node(n).is_some());
+        let names: Vec<String> = if affected.all_nodes {
+            model.nodes().map(|n| n.name.clone()).collect()
+        } else {
+            affected
+                .nodes
+                .iter()
+                .filter(|n| model.node(n).is_some())
+                .cloned()
+                .collect()
+        };
+        let mut out = BTreeMap::new();
+        for n in names {
+            let fs = self.node_flows(model, &n)?;
+            out.insert(n, fs);
+        }
+        Ok(out)
+    }
+
     /// Drop the cache of a node (e.g. deleted).
     pub fn forget_node(&mut self, node: &str) {
         self.nodes.remove(node);
