@@ -1,0 +1,17 @@
+//! The flow pipeline: tables declared as data, the checked flow builder, register and cookie
+//! layouts, per-object fragments, the incremental `(model, node) -> FlowSet`, and the diff.
+
+pub mod builder;
+pub mod compute;
+pub mod cookie;
+pub mod flowset;
+pub mod fragments;
+pub mod priority;
+pub mod regs;
+pub mod tables;
+
+pub use builder::{FlowBuilder, PipelineError};
+pub use compute::{compute_node, Pipeline};
+pub use flowset::{FlowDiff, FlowSet};
+pub use priority::Band;
+pub use tables::{TableId, TableSpec, TABLES};

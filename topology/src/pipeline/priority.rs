@@ -1,0 +1,34 @@
+//! Named priority bands. Values follow OpenShift SDN so dumps read the same.
+
+/// A priority band.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum Band {
+    /// The table's default (drop, goto or output).
+    Default = 0,
+    /// Multicast from local pods (t31).
+    MulticastLocal = 25,
+    /// Multicast arriving over VXLAN (t31).
+    MulticastTunnel = 50,
+    /// One flow per object: pod, remote node, NETID.
+    PerObject = 100,
+    /// Catch-all drop for a fixed port (t0 vxlan0 / tun0 leftovers).
+    PortGuard = 150,
+    /// General rules: VXLAN in, tun0 in, local subnet routing, global NETID, services.
+    General = 200,
+    /// Multicast from the host is dropped (t0).
+    MulticastBlock = 250,
+    /// Overrides: service return, gateway, host-to-pod, VXLAN injection drop.
+    Override = 300,
+    /// Traffic from the host's own gateway address (t0).
+    HostSource = 400,
+    /// Policy bypass (t27 in subnet and multitenant modes).
+    Bypass = 500,
+}
+
+impl Band {
+    /// The numeric priority.
+    pub fn value(self) -> u16 {
+        self as u16
+    }
+}

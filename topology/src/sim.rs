@@ -1,0 +1,651 @@
+//! Packet simulator: traces a packet through the computed FlowSets of the nodes — priority
+//! lookup per table with masked matching, apply-actions, goto, resubmit, set_field / load /
+//! move, output / output_reg, groups — and across VXLAN into the destination node. It sees
+//! only flows (and which port names sit on which ofport, to name a verdict), never the model.
+
+use crate::model::ClusterModel;
+use crate::pipeline::FlowSet;
+use ofproto::{Action, Field, FieldSlice, Flow, Group, GroupType, Instruction, MatchField};
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+
+/// Layer 3 of a simulated packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L3 {
+    /// ARP.
+    Arp {
+        /// 1 request, 2 reply.
+        op: u16,
+        /// Sender IP.
+        spa: Ipv4Addr,
+        /// Target IP.
+        tpa: Ipv4Addr,
+        /// Sender MAC.
+        sha: [u8; 6],
+        /// Target MAC.
+        tha: [u8; 6],
+    },
+    /// IPv4 with optional L4 ports (0 when not TCP/UDP/SCTP).
+    Ipv4 {
+        /// Source.
+        src: Ipv4Addr,
+        /// Destination.
+        dst: Ipv4Addr,
+        /// IP protocol.
+        proto: u8,
+        /// L4 source port.
+        src_port: u16,
+        /// L4 destination port.
+        dst_port: u16,
+    },
+}
+
+/// A packet and its pipeline metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// Ingress ofport.
+    pub in_port: u32,
+    /// Ethernet source.
+    pub eth_src: [u8; 6],
+    /// Ethernet destination.
+    pub eth_dst: [u8; 6],
+    /// ARP or IPv4.
+    pub l3: L3,
+    /// Tunnel id (VXLAN VNI), for packets from vxlan0.
+    pub tun_id: u64,
+    /// Tunnel source (sender node IP).
+    pub tun_src: Ipv4Addr,
+    /// Tunnel destination.
+    pub tun_dst: Ipv4Addr,
+    /// reg0..reg15.
+    pub regs: [u32; 16],
+    /// pkt_mark.
+    pub pkt_mark: u32,
+}
+
+impl Packet {
+    /// An IPv4 packet entering at `in_port`.
+    pub fn ipv4(in_port: u32, eth_src: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr) -> Self {
+        Self::l3(
+            in_port,
+            eth_src,
+            [0x0a, 0x58, 0, 0, 0, 1],
+            L3::Ipv4 {
+                src,
+                dst,
+                proto: 1,
+                src_port: 0,
+                dst_port: 0,
+            },
+        )
+    }
+
+    /// A TCP or UDP packet entering at `in_port`.
+    pub fn l4(
+        in_port: u32,
+        eth_src: [u8; 6],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: u8,
+        dst_port: u16,
+    ) -> Self {
+        Self::l3(
+            in_port,
+            eth_src,
+            [0x0a, 0x58, 0, 0, 0, 1],
+            L3::Ipv4 {
+                src,
+                dst,
+                proto,
+                src_port: 40000,
+                dst_port,
+            },
+        )
+    }
+
+    /// A broadcast ARP request from (`sha`, `spa`) for `tpa`.
+    pub fn arp_request(in_port: u32, sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Self {
+        Self::l3(
+            in_port,
+            sha,
+            [0xff; 6],
+            L3::Arp {
+                op: 1,
+                spa,
+                tpa,
+                sha,
+                tha: [0; 6],
+            },
+        )
+    }
+
+    /// A packet from its layer 3 part.
+    pub fn l3(in_port: u32, eth_src: [u8; 6], eth_dst: [u8; 6], l3: L3) -> Self {
+        Packet {
+            in_port,
+            eth_src,
+            eth_dst,
+            l3,
+            tun_id: 0,
+            tun_src: Ipv4Addr::UNSPECIFIED,
+            tun_dst: Ipv4Addr::UNSPECIFIED,
+            regs: [0; 16],
+            pkt_mark: 0,
+        }
+    }
+
+    fn get(&self, f: Field) -> Option<u64> {
+        let mac = |m: [u8; 6]| m.iter().fold(0u64, |a, b| (a << 8) | *b as u64);
+        let ip4 = |a: Ipv4Addr| u32::from(a) as u64;
+        Some(match (f, &self.l3) {
+            (Field::InPort, _) => self.in_port as u64,
+            (Field::EthSrc, _) => mac(self.eth_src),
+            (Field::EthDst, _) => mac(self.eth_dst),
+            (Field::EthType, L3::Arp { .. }) => 0x0806,
+            (Field::EthType, L3::Ipv4 { .. }) => 0x0800,
+            (Field::TunnelId, _) => self.tun_id,
+            (Field::TunIpv4Src, _) => ip4(self.tun_src),
+            (Field::TunIpv4Dst, _) => ip4(self.tun_dst),
+            (Field::Reg(n), _) => *self.regs.get(n as usize)? as u64,
+            (Field::PktMark, _) => self.pkt_mark as u64,
+            (Field::CtState, _) => 0, // not tracked: the pipeline does not use conntrack yet
+            (Field::ArpOp, L3::Arp { op, .. }) => *op as u64,
+            (Field::ArpSpa, L3::Arp { spa, .. }) => ip4(*spa),
+            (Field::ArpTpa, L3::Arp { tpa, .. }) => ip4(*tpa),
+            (Field::ArpSha, L3::Arp { sha, .. }) => mac(*sha),
+            (Field::ArpTha, L3::Arp { tha, .. }) => mac(*tha),
+            (Field::Ipv4Src, L3::Ipv4 { src, .. }) => ip4(*src),
+            (Field::Ipv4Dst, L3::Ipv4 { dst, .. }) => ip4(*dst),
+            (Field::IpProto, L3::Ipv4 { proto, .. }) => *proto as u64,
+            (
+                Field::TcpSrc,
+                L3::Ipv4 {
+                    proto: 6, src_port, ..
+                },
+            )
+            | (
+                Field::UdpSrc,
+                L3::Ipv4 {
+                    proto: 17,
+                    src_port,
+                    ..
+                },
+            )
+            | (
+                Field::SctpSrc,
+                L3::Ipv4 {
+                    proto: 132,
+                    src_port,
+                    ..
+                },
+            ) => *src_port as u64,
+            (
+                Field::TcpDst,
+                L3::Ipv4 {
+                    proto: 6, dst_port, ..
+                },
+            )
+            | (
+                Field::UdpDst,
+                L3::Ipv4 {
+                    proto: 17,
+                    dst_port,
+                    ..
+                },
+            )
+            | (
+                Field::SctpDst,
+                L3::Ipv4 {
+                    proto: 132,
+                    dst_port,
+                    ..
+                },
+            ) => *dst_port as u64,
+            _ => return None,
+        })
+    }
+
+    fn set(&mut self, f: Field, v: u64) -> bool {
+        let mac = |v: u64| {
+            let b = v.to_be_bytes();
+            [b[2], b[3], b[4], b[5], b[6], b[7]]
+        };
+        let ip4 = |v: u64| Ipv4Addr::from(v as u32);
+        match (f, &mut self.l3) {
+            (Field::EthSrc, _) => self.eth_src = mac(v),
+            (Field::EthDst, _) => self.eth_dst = mac(v),
+            (Field::TunnelId, _) => self.tun_id = v,
+            (Field::TunIpv4Src, _) => self.tun_src = ip4(v),
+            (Field::TunIpv4Dst, _) => self.tun_dst = ip4(v),
+            (Field::Reg(n), _) => match self.regs.get_mut(n as usize) {
+                Some(r) => *r = v as u32,
+                None => return false,
+            },
+            (Field::PktMark, _) => self.pkt_mark = v as u32,
+            (Field::Ipv4Src, L3::Ipv4 { src, .. }) => *src = ip4(v),
+            (Field::Ipv4Dst, L3::Ipv4 { dst, .. }) => *dst = ip4(v),
+            (Field::ArpSpa, L3::Arp { spa, .. }) => *spa = ip4(v),
+            (Field::ArpTpa, L3::Arp { tpa, .. }) => *tpa = ip4(v),
+            _ => return false,
+        }
+        true
+    }
+
+    fn read_slice(&self, s: &FieldSlice) -> Option<u64> {
+        let v = self.get(Field::from_header(s.header)?)?;
+        Some((v >> s.ofs) & bits(s.n_bits))
+    }
+
+    fn write_slice(&mut self, s: &FieldSlice, value: u64) -> bool {
+        let Some(f) = Field::from_header(s.header) else {
+            return false;
+        };
+        let old = self.get(f).unwrap_or(0);
+        let m = bits(s.n_bits) << s.ofs;
+        self.set(f, (old & !m) | ((value << s.ofs) & m))
+    }
+}
+
+fn bits(n: u16) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+fn matches(p: &Packet, mf: &MatchField) -> bool {
+    let Some(f) = mf.field() else {
+        return false;
+    };
+    let Some(v) = p.get(f) else {
+        return false;
+    };
+    let m = mf.mask_u64();
+    v & m == mf.value_u64() & m
+}
+
+/// One flow (or table miss) a packet went through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Node name.
+    pub node: String,
+    /// Table.
+    pub table: u8,
+    /// Priority of the matched flow (None: table miss).
+    pub priority: Option<u16>,
+    /// Cookie of the matched flow.
+    pub cookie: u64,
+}
+
+/// Where a copy of the packet ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Output to a pod's port.
+    Delivered {
+        /// Node.
+        node: String,
+        /// ofport.
+        ofport: u32,
+        /// Port name.
+        port: String,
+    },
+    /// Output to tun0 (the node's host).
+    Host {
+        /// Node.
+        node: String,
+    },
+    /// The pipeline ended without output; the last step decided.
+    Dropped {
+        /// Node.
+        node: String,
+        /// The deciding step.
+        by: Step,
+    },
+    /// Output to vxlan0 with a tun_dst that is no node.
+    TunnelToUnknown {
+        /// Sending node.
+        node: String,
+        /// The tun_dst.
+        tun_dst: Ipv4Addr,
+    },
+    /// Output to a port with nothing attached.
+    UnknownPort {
+        /// Node.
+        node: String,
+        /// ofport.
+        ofport: u32,
+    },
+    /// Too many tables, resubmits or tunnel hops.
+    Loop {
+        /// Node.
+        node: String,
+    },
+}
+
+/// The result of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Every flow matched, in order, across nodes.
+    pub steps: Vec<Step>,
+    /// Every end the packet (and its copies) reached.
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Trace {
+    /// `(node, port name)` of every pod port the packet reached.
+    pub fn delivered(&self) -> Vec<(&str, &str)> {
+        self.outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Delivered { node, port, .. } => Some((node.as_str(), port.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+    /// The nodes whose host (tun0) received the packet.
+    pub fn to_host(&self) -> Vec<&str> {
+        self.outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Host { node } => Some(node.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+    /// Whether every copy was dropped.
+    pub fn dropped(&self) -> bool {
+        self.outcomes
+            .iter()
+            .all(|o| matches!(o, Outcome::Dropped { .. }))
+    }
+}
+
+/// A node as the simulator sees it.
+#[derive(Clone, Debug)]
+pub struct SimNode {
+    /// Name.
+    pub name: String,
+    /// Underlay IP.
+    pub ip: Ipv4Addr,
+    /// The flows and groups of its br0.
+    pub flows: FlowSet,
+    /// ofport → port name of attached pods (vxlan0 = 1 and tun0 = 2 are implicit).
+    pub ports: BTreeMap<u32, String>,
+}
+
+struct Indexed {
+    node: SimNode,
+    tables: HashMap<u8, Vec<Flow>>,
+    groups: HashMap<u32, Group>,
+}
+
+/// Which bucket a select group takes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceOptions {
+    /// Index of the bucket a select group uses (modulo the bucket count).
+    pub select_bucket: usize,
+}
+
+const MAX_STEPS: usize = 256;
+const MAX_HOPS: usize = 4;
+
+/// The cluster's switches, ready to trace packets.
+pub struct Simulator {
+    nodes: Vec<Indexed>,
+    by_name: HashMap<String, usize>,
+    by_ip: HashMap<Ipv4Addr, usize>,
+    opts: TraceOptions,
+}
+
+impl Simulator {
+    /// A simulator over these nodes.
+    pub fn new(nodes: Vec<SimNode>) -> Self {
+        let mut s = Simulator {
+            nodes: Vec::new(),
+            by_name: HashMap::new(),
+            by_ip: HashMap::new(),
+            opts: TraceOptions::default(),
+        };
+        for n in nodes {
+            let mut tables: HashMap<u8, Vec<Flow>> = HashMap::new();
+            for f in n.flows.iter() {
+                tables.entry(f.table).or_default().push(f.clone());
+            }
+            for v in tables.values_mut() {
+                // Highest priority first; ties keep FlowSet order (deterministic).
+                v.sort_by_key(|f| std::cmp::Reverse(f.priority));
+            }
+            let groups = n
+                .flows
+                .groups()
+                .iter()
+                .map(|g| (g.group_id, g.clone()))
+                .collect();
+            s.by_name.insert(n.name.clone(), s.nodes.len());
+            s.by_ip.insert(n.ip, s.nodes.len());
+            s.nodes.push(Indexed {
+                node: n,
+                tables,
+                groups,
+            });
+        }
+        s
+    }
+
+    /// A simulator over every node of `model` with the given FlowSets (port names from the
+    /// model's pods; forwarding only from the flows).
+    pub fn from_model(model: &ClusterModel, flowsets: &BTreeMap<String, FlowSet>) -> Self {
+        let nodes = model
+            .nodes()
+            .map(|n| SimNode {
+                name: n.name.clone(),
+                ip: n.ip,
+                flows: flowsets.get(&n.name).cloned().unwrap_or_default(),
+                ports: model
+                    .pods_on_node(&n.name)
+                    .map(|p| (p.ofport, p.port_name.clone()))
+                    .collect(),
+            })
+            .collect();
+        Self::new(nodes)
+    }
+
+    /// Use these options for following traces.
+    pub fn with_options(mut self, opts: TraceOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Trace `packet` entering `node` at `packet.in_port`, starting in table 0.
+    pub fn trace(&self, node: &str, packet: Packet) -> Trace {
+        let mut t = Trace::default();
+        match self.by_name.get(node) {
+            Some(&i) => self.run_node(i, packet, 0, &mut t),
+            None => t.outcomes.push(Outcome::UnknownPort {
+                node: node.to_string(),
+                ofport: packet.in_port,
+            }),
+        }
+        t
+    }
+
+    fn run_node(&self, n: usize, mut p: Packet, hops: usize, t: &mut Trace) {
+        let before = t.outcomes.len();
+        let mut budget = MAX_STEPS;
+        let mut last: Option<Step> = None;
+        self.run_table(n, 0, &mut p, hops, t, &mut budget, &mut last);
+        if t.outcomes.len() == before {
+            let node = self.nodes[n].node.name.clone();
+            let by = last.unwrap_or(Step {
+                node: node.clone(),
+                table: 0,
+                priority: None,
+                cookie: 0,
+            });
+            t.outcomes.push(Outcome::Dropped { node, by });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_table(
+        &self,
+        n: usize,
+        table: u8,
+        p: &mut Packet,
+        hops: usize,
+        t: &mut Trace,
+        budget: &mut usize,
+        last: &mut Option<Step>,
+    ) {
+        let mut table = table;
+        loop {
+            if *budget == 0 {
+                t.outcomes.push(Outcome::Loop {
+                    node: self.nodes[n].node.name.clone(),
+                });
+                return;
+            }
+            *budget -= 1;
+            let node = &self.nodes[n];
+            let flow = node.tables.get(&table).and_then(|v| {
+                v.iter()
+                    .find(|f| f.matches.fields.iter().all(|m| matches(p, m)))
+            });
+            let step = Step {
+                node: node.node.name.clone(),
+                table,
+                priority: flow.map(|f| f.priority),
+                cookie: flow.map_or(0, |f| f.cookie),
+            };
+            t.steps.push(step.clone());
+            *last = Some(step);
+            let Some(flow) = flow else {
+                return; // table miss: drop (OpenFlow 1.3 default)
+            };
+            let mut next = None;
+            for ins in &flow.instructions {
+                match ins {
+                    Instruction::ApplyActions(acts) => {
+                        for a in acts {
+                            self.act(n, a, p, hops, t, budget, last);
+                        }
+                    }
+                    Instruction::GotoTable(g) => next = Some(*g),
+                    _ => {}
+                }
+            }
+            match next {
+                Some(g) => table = g,
+                None => return,
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn act(
+        &self,
+        n: usize,
+        a: &Action,
+        p: &mut Packet,
+        hops: usize,
+        t: &mut Trace,
+        budget: &mut usize,
+        last: &mut Option<Step>,
+    ) {
+        match a {
+            Action::Output { port, .. } => self.output(n, *port, p, hops, t),
+            Action::OutputReg { src, .. } => {
+                if let Some(port) = p.read_slice(src) {
+                    self.output(n, port as u32, p, hops, t);
+                }
+            }
+            Action::SetField(mf) => {
+                if let Some(f) = mf.field() {
+                    p.set(f, mf.value_u64());
+                }
+            }
+            Action::Load { dst, value } => {
+                p.write_slice(dst, *value);
+            }
+            Action::Move { src, dst } => {
+                if let Some(v) = p.read_slice(src) {
+                    p.write_slice(dst, v);
+                }
+            }
+            Action::Resubmit { table, .. } => {
+                let mut copy_last = last.clone();
+                self.run_table(n, table.unwrap_or(0), p, hops, t, budget, &mut copy_last);
+                *last = copy_last;
+            }
+            Action::Group(id) => {
+                let Some(g) = self.nodes[n].groups.get(id) else {
+                    return;
+                };
+                let buckets: Vec<_> = match g.group_type {
+                    GroupType::All => g.buckets.iter().collect(),
+                    _ => g
+                        .buckets
+                        .get(self.opts.select_bucket % g.buckets.len().max(1))
+                        .into_iter()
+                        .collect(),
+                };
+                for b in buckets {
+                    let mut q = p.clone();
+                    for a in &b.actions {
+                        self.act(n, a, &mut q, hops, t, budget, last);
+                    }
+                }
+            }
+            _ => {} // note, dec_ttl, ...: no effect on where the packet goes
+        }
+    }
+
+    fn output(&self, n: usize, port: u32, p: &Packet, hops: usize, t: &mut Trace) {
+        let node = &self.nodes[n].node;
+        if port == p.in_port {
+            return; // OVS never outputs to the ingress port unless told IN_PORT
+        }
+        match port {
+            crate::pipeline::regs::OFPORT_VXLAN => {
+                let Some(&dst) = self.by_ip.get(&p.tun_dst) else {
+                    t.outcomes.push(Outcome::TunnelToUnknown {
+                        node: node.name.clone(),
+                        tun_dst: p.tun_dst,
+                    });
+                    return;
+                };
+                if hops >= MAX_HOPS {
+                    t.outcomes.push(Outcome::Loop {
+                        node: node.name.clone(),
+                    });
+                    return;
+                }
+                let mut q = Packet::l3(
+                    crate::pipeline::regs::OFPORT_VXLAN,
+                    p.eth_src,
+                    p.eth_dst,
+                    p.l3,
+                );
+                q.tun_id = p.tun_id & 0xff_ffff; // the VNI is 24 bits
+                q.tun_src = node.ip;
+                q.tun_dst = self.nodes[dst].node.ip;
+                self.run_node(dst, q, hops + 1, t);
+            }
+            crate::pipeline::regs::OFPORT_TUN0 => t.outcomes.push(Outcome::Host {
+                node: node.name.clone(),
+            }),
+            _ => match node.ports.get(&port) {
+                Some(name) => t.outcomes.push(Outcome::Delivered {
+                    node: node.name.clone(),
+                    ofport: port,
+                    port: name.clone(),
+                }),
+                None => t.outcomes.push(Outcome::UnknownPort {
+                    node: node.name.clone(),
+                    ofport: port,
+                }),
+            },
+        }
+    }
+}
