@@ -266,7 +266,7 @@ mod tests {
         assert!(matches!(
             b.clone().matching(Match::new().in_port(3)).build(),
             Err(PipelineError::MatchNotAllowed {
-                field: "in_port",
+                field: "in_port_oxm",
                 ..
             })
         ));
