@@ -966,6 +966,24 @@ impl ClusterModel {
 
     // ---- saved state ----
 
+    /// The saved form of one node (for backends that store objects one by one).
+    pub fn node_record(&self, name: &str) -> Option<NodeRecord> {
+        self.nodes.get(name).map(|e| NodeRecord {
+            info: e.info.clone(),
+            pod_ip_cursor: e.pod_ips.cursor(),
+        })
+    }
+
+    /// The node subnet allocation cursors, one per cluster range (saved with the model).
+    pub fn subnet_cursors(&self) -> Vec<u64> {
+        self.subnets.cursors().to_vec()
+    }
+
+    /// The NETID allocation cursor (saved with the model).
+    pub fn netid_cursor(&self) -> u32 {
+        self.netids.cursor()
+    }
+
     /// The state to save: restoring it gives identical future allocations.
     pub fn snapshot(&self) -> ModelSnapshot {
         ModelSnapshot {

@@ -13,7 +13,8 @@ pub fn pod_mac(ip: Ipv4Addr) -> [u8; 6] {
 }
 
 /// Pod addresses of one node subnet: the network address, the gateway (first address) and
-/// the broadcast address are never handed out. Sequential from a moving cursor.
+/// the broadcast address are never handed out. The lowest free address is handed out, so an
+/// address freed by a deleted pod goes to the next pod (as the CNI contract of flowmesh promises).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodIpAllocator {
     subnet: Ipv4Cidr,
@@ -45,7 +46,7 @@ impl PodIpAllocator {
             return Err(AllocError::PodIpsExhausted(self.subnet));
         }
         let span = last - first + 1;
-        let start = self.cursor.clamp(first, last + 1);
+        let start = first;
         for k in 0..span {
             let off = first + (start - first + k) % span;
             if !self.used.contains(&off) {
@@ -116,6 +117,11 @@ mod tests {
         assert!(matches!(a.allocate(), Err(AllocError::PodIpsExhausted(_))));
         a.release(Ipv4Addr::new(10, 1, 0, 3));
         assert_eq!(a.allocate(), Ok(Ipv4Addr::new(10, 1, 0, 3)));
+        // the lowest free address goes first, whatever was allocated last
+        a.release(Ipv4Addr::new(10, 1, 0, 6));
+        a.release(Ipv4Addr::new(10, 1, 0, 2));
+        assert_eq!(a.allocate(), Ok(Ipv4Addr::new(10, 1, 0, 2)));
+        assert_eq!(a.allocate(), Ok(Ipv4Addr::new(10, 1, 0, 6)));
         assert!(a.reserve(Ipv4Addr::new(10, 1, 0, 1)).is_err());
         assert!(a.reserve(Ipv4Addr::new(10, 1, 0, 7)).is_err());
         assert_eq!(
