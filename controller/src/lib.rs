@@ -1,3 +1,15 @@
-//! flowmesh controller library: state backends, reconciler, gRPC services.
+//! flowmesh controller library: state backends, the core (model, pipeline, reconcilers), the
+//! gRPC services and metrics.
 
+pub mod apply;
+pub mod core;
+pub mod error;
+pub mod grpc;
+pub mod link;
+pub mod metrics;
+pub mod ops;
+pub mod plan;
+pub mod reconciler;
+pub mod server;
 pub mod state;
+pub mod switches;

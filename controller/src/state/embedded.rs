@@ -112,14 +112,13 @@ impl StateBackend for EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{NamespaceRecord, NodeRecord, RecordKey};
+    use crate::state::RecordKey;
+    use topology::model::NamespaceInfo;
 
-    fn node(name: &str) -> Record {
-        Record::Node(NodeRecord {
+    fn ns(name: &str, netid: u32) -> Record {
+        Record::Namespace(NamespaceInfo {
             name: name.into(),
-            node_ip: "192.0.2.1".into(),
-            dpid: 1,
-            subnet: "10.128.0.0/23".into(),
+            netid,
         })
     }
 
@@ -129,28 +128,17 @@ mod tests {
         {
             let s = EmbeddedStore::open(dir.path()).expect("open");
             s.apply(&[
-                Change::Put(node("a")),
-                Change::Put(node("b")),
-                Change::Put(Record::Namespace(NamespaceRecord {
-                    name: "ns".into(),
-                    netid: 10,
-                })),
+                Change::Put(ns("a", 10)),
+                Change::Put(ns("b", 11)),
+                Change::Put(ns("c", 12)),
             ])
             .expect("apply");
-            s.apply(&[Change::Delete(RecordKey::Node("a".into()))])
+            s.apply(&[Change::Delete(RecordKey::Namespace("a".into()))])
                 .expect("delete");
         }
         let s = EmbeddedStore::open(dir.path()).expect("reopen");
         let recs = s.load().expect("load");
-        assert_eq!(recs.len(), 2);
-        assert_eq!(
-            recs[0],
-            Record::Namespace(NamespaceRecord {
-                name: "ns".into(),
-                netid: 10
-            })
-        );
-        assert_eq!(recs[1], node("b"));
+        assert_eq!(recs, vec![ns("b", 11), ns("c", 12)]);
     }
 
     #[test]

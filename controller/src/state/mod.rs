@@ -7,9 +7,7 @@ mod embedded;
 mod records;
 
 pub use embedded::EmbeddedStore;
-pub use records::{
-    ClusterNetworkEntry, ClusterRecord, NamespaceRecord, NodeRecord, PodRecord, Record, RecordKey,
-};
+pub use records::{CursorsRecord, Record, RecordKey};
 
 /// Why the backend could not load or store state.
 #[derive(Debug, thiserror::Error)]

@@ -1,88 +1,34 @@
-//! The records a backend stores, in the JSON shape of their Kubernetes/OpenShift counterparts.
+//! The records a backend stores: the model's own saved forms, one object per record, so a
+//! change writes only what it touched.
 
 use serde::{Deserialize, Serialize};
+use topology::model::{NamespaceInfo, NodeRecord, PodRecord};
+use topology::ClusterNetworkConfig;
 
-/// One cluster network range.
+/// Allocation cursors that are not part of any one object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterNetworkEntry {
-    /// IPv4 CIDR.
-    pub cidr: String,
-    /// Prefix length of each node's subnet.
-    pub host_prefix: u8,
-}
-
-/// The cluster network config (ClusterNetwork `default`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterRecord {
-    /// Ranges, tried in order.
-    pub cluster_networks: Vec<ClusterNetworkEntry>,
-    /// Service CIDR.
-    pub service_network: String,
-    /// `subnet`, `multitenant` or `networkpolicy`.
-    pub mode: String,
-    /// VXLAN UDP port.
-    pub vxlan_port: u16,
-    /// Overlay MTU.
-    pub mtu: u32,
-}
-
-/// A node and its HostSubnet.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeRecord {
-    /// Node name.
-    pub name: String,
-    /// Underlay IPv4 address.
-    #[serde(rename = "nodeIP")]
-    pub node_ip: String,
-    /// Datapath id of the node's br0.
-    pub dpid: u64,
-    /// Allocated subnet (CIDR).
-    pub subnet: String,
-}
-
-/// A namespace and its NetNamespace NETID.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NamespaceRecord {
-    /// Namespace name.
-    pub name: String,
-    /// NETID (VNID).
-    pub netid: u32,
-}
-
-/// An attached pod.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodRecord {
-    /// Namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
-    /// Node name.
-    pub node: String,
-    /// Host-side OVS port name.
-    pub port_name: String,
-    /// OpenFlow port number.
-    pub ofport: u32,
-    /// Allocated IPv4 address.
-    pub ip: String,
+pub struct CursorsRecord {
+    /// Node subnet cursors, one per cluster range.
+    pub subnet_cursors: Vec<u64>,
+    /// NETID cursor.
+    pub netid_cursor: u32,
 }
 
 /// Any stored record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind")]
+#[serde(tag = "kind", content = "spec")]
 pub enum Record {
     /// The cluster network config (a singleton).
-    ClusterNetwork(ClusterRecord),
-    /// A node.
+    ClusterNetwork(ClusterNetworkConfig),
+    /// A node with its HostSubnet.
     Node(NodeRecord),
-    /// A namespace.
-    Namespace(NamespaceRecord),
-    /// A pod.
+    /// A namespace with its NETID.
+    Namespace(NamespaceInfo),
+    /// An attached pod.
     Pod(PodRecord),
+    /// Allocation cursors (a singleton).
+    Cursors(CursorsRecord),
 }
 
 /// The key of a record: its kind and name.
@@ -96,6 +42,8 @@ pub enum RecordKey {
     Namespace(String),
     /// A pod by namespace and name.
     Pod(String, String),
+    /// The allocation cursors.
+    Cursors,
 }
 
 impl RecordKey {
@@ -106,6 +54,7 @@ impl RecordKey {
             RecordKey::Node(n) => format!("node/{n}"),
             RecordKey::Namespace(n) => format!("namespace/{n}"),
             RecordKey::Pod(ns, n) => format!("pod/{ns}/{n}"),
+            RecordKey::Cursors => "cursors/default".to_string(),
         }
     }
 }
@@ -115,9 +64,10 @@ impl Record {
     pub fn key(&self) -> RecordKey {
         match self {
             Record::ClusterNetwork(_) => RecordKey::ClusterNetwork,
-            Record::Node(n) => RecordKey::Node(n.name.clone()),
+            Record::Node(n) => RecordKey::Node(n.info.name.clone()),
             Record::Namespace(n) => RecordKey::Namespace(n.name.clone()),
-            Record::Pod(p) => RecordKey::Pod(p.namespace.clone(), p.name.clone()),
+            Record::Pod(p) => RecordKey::Pod(p.info.key.namespace.clone(), p.info.key.name.clone()),
+            Record::Cursors(_) => RecordKey::Cursors,
         }
     }
 }

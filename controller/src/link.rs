@@ -1,0 +1,63 @@
+//! What the reconciler needs from a switch connection, as a small trait: read what the switch
+//! holds, and apply a batch of changes atomically (one bundle closed by a barrier).
+
+use ofproto::{Flow, FlowMod, Group, GroupMod};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, so links can be used as trait objects.
+pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One change to a switch's tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwitchChange {
+    /// A flow add/modify/delete.
+    Flow(FlowMod),
+    /// A group add/modify/delete.
+    Group(GroupMod),
+}
+
+/// Why a switch operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The connection is gone.
+    #[error("switch disconnected: {0}")]
+    Disconnected(String),
+    /// The switch refused a change; nothing of the batch was applied.
+    #[error("switch refused change #{index} ({change}): {error}")]
+    Refused {
+        /// Index of the refused change in the batch.
+        index: usize,
+        /// The change, in ovs-ofctl syntax.
+        change: String,
+        /// The switch's error.
+        error: String,
+    },
+    /// The switch did not answer in time.
+    #[error("switch timed out: {0}")]
+    Timeout(String),
+    /// Anything else (decode error, unexpected reply).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A connected switch as the reconciler sees it.
+pub trait SwitchLink: Send + Sync + 'static {
+    /// The peer address, for logs and `get switches`.
+    fn peer(&self) -> String;
+    /// Every flow (all tables) and group the switch holds.
+    fn read_state(&self) -> LinkFuture<'_, Result<(Vec<Flow>, Vec<Group>), LinkError>>;
+    /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).
+    fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>>;
+}
+
+impl std::fmt::Display for SwitchChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SwitchChange::Flow(fm) => write!(f, "flow {:?} {}", fm.command, fm.flow),
+            SwitchChange::Group(gm) => {
+                write!(f, "group {:?} group_id={}", gm.command, gm.group.group_id)
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The operations of the admin and node APIs, as mutations and reads of the core. Both gRPC
+//! services and `apply -f` go through these, so every path stores, recomputes and waits for
+//! acknowledgements the same way.
+
+use crate::core::{
+    cursors_change, namespace_change, node_change, pod_change, CoreHandle, Effects, Event,
+};
+use crate::error::ApiError;
+use std::net::Ipv4Addr;
+use topology::model::{NamespaceInfo, NodeInfo};
+use topology::{ModelError, PodAttach, PodInfo};
+
+/// Add (or update the IP/datapath of) a node; allocates its subnet on first add.
+pub async fn add_node(
+    core: &CoreHandle,
+    name: String,
+    ip: Ipv4Addr,
+    dpid: u64,
+) -> Result<NodeInfo, ApiError> {
+    check_name("node", &name)?;
+    core.mutate(move |m| {
+        let existed = m.node(&name).is_some();
+        let (info, affected) = m.add_node(&name, ip, dpid)?;
+        let ev = Event::now(
+            if existed { "NodeUpdated" } else { "NodeAdded" },
+            format!("node/{name}"),
+            format!(
+                "node {name} ({ip}, datapath {dpid:#018x}) has subnet {}",
+                info.subnet
+            ),
+        );
+        let effects = Effects {
+            affected,
+            changes: vec![node_change(m, &name), cursors_change(m)],
+            require_connected: None,
+            events: vec![ev],
+        };
+        Ok((info, effects))
+    })
+    .await
+}
+
+/// Delete a node (its pods go with it) and release its subnet.
+pub async fn delete_node(core: &CoreHandle, name: String) -> Result<(), ApiError> {
+    core.mutate(move |m| {
+        let pods: Vec<(String, String)> = m
+            .pods_on_node(&name)
+            .map(|p| (p.key.namespace.clone(), p.key.name.clone()))
+            .collect();
+        let affected = m.delete_node(&name)?;
+        let mut changes = vec![node_change(m, &name), cursors_change(m)];
+        changes.extend(pods.iter().map(|(ns, n)| pod_change(m, ns, n)));
+        let ev = Event::now(
+            "NodeDeleted",
+            format!("node/{name}"),
+            format!("node {name} deleted"),
+        );
+        Ok((
+            (),
+            Effects {
+                affected,
+                changes,
+                require_connected: None,
+                events: vec![ev],
+            },
+        ))
+    })
+    .await
+}
+
+/// Create a namespace (allocating its NETID). An existing namespace is an error.
+pub async fn create_namespace(core: &CoreHandle, name: String) -> Result<NamespaceInfo, ApiError> {
+    check_name("namespace", &name)?;
+    core.mutate(move |m| {
+        if m.namespace(&name).is_some() {
+            return Err(ApiError::AlreadyExists(format!(
+                "namespace {name:?} already exists"
+            )));
+        }
+        let (info, affected) = m.add_namespace(&name)?;
+        let ev = Event::now(
+            "NamespaceCreated",
+            format!("namespace/{name}"),
+            format!("namespace {name} has NETID {}", info.netid),
+        );
+        let changes = vec![namespace_change(m, &name), cursors_change(m)];
+        Ok((
+            info,
+            Effects {
+                affected,
+                changes,
+                require_connected: None,
+                events: vec![ev],
+            },
+        ))
+    })
+    .await
+}
+
+/// Delete a namespace (its pods go with it) and free its NETID when unused.
+pub async fn delete_namespace(core: &CoreHandle, name: String) -> Result<(), ApiError> {
+    core.mutate(move |m| {
+        if name == "default" {
+            return Err(ApiError::FailedPrecondition(
+                "the default namespace cannot be deleted".into(),
+            ));
+        }
+        let pods: Vec<String> = m
+            .pods()
+            .filter(|p| p.key.namespace == name)
+            .map(|p| p.key.name.clone())
+            .collect();
+        let affected = m.delete_namespace(&name)?;
+        let mut changes = vec![namespace_change(m, &name), cursors_change(m)];
+        changes.extend(pods.iter().map(|p| pod_change(m, &name, p)));
+        let ev = Event::now(
+            "NamespaceDeleted",
+            format!("namespace/{name}"),
+            format!("namespace {name} deleted"),
+        );
+        Ok((
+            (),
+            Effects {
+                affected,
+                changes,
+                require_connected: None,
+                events: vec![ev],
+            },
+        ))
+    })
+    .await
+}
+
+/// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows.
+pub async fn attach_pod(
+    core: &CoreHandle,
+    node: String,
+    namespace: String,
+    name: String,
+    port_name: String,
+    ofport: u32,
+) -> Result<PodInfo, ApiError> {
+    check_name("pod", &name)?;
+    if port_name.is_empty() {
+        return Err(ApiError::Invalid(format!(
+            "pod {namespace}/{name}: the OVS port name is required"
+        )));
+    }
+    if ofport == 0 || ofport >= ofproto::action::port::MAX {
+        return Err(ApiError::Invalid(format!(
+            "pod {namespace}/{name}: ofport {ofport} is not a valid OpenFlow port number"
+        )));
+    }
+    core.mutate(move |m| {
+        if m.namespace(&namespace).is_none() {
+            return Err(ApiError::from(ModelError::UnknownNamespace(
+                namespace.clone(),
+            )));
+        }
+        let (info, affected) = m.add_pod(PodAttach {
+            namespace: &namespace,
+            name: &name,
+            node: &node,
+            port_name: &port_name,
+            ofport,
+        })?;
+        let ev = Event::now(
+            "PodAttached",
+            format!("pod/{namespace}/{name}"),
+            format!(
+                "pod {namespace}/{name} on {node} port {port_name} (ofport {ofport}) has IP {}",
+                info.ip
+            ),
+        );
+        let changes = vec![pod_change(m, &namespace, &name), node_change(m, &node)];
+        Ok((
+            info,
+            Effects {
+                affected,
+                changes,
+                require_connected: Some(node.clone()),
+                events: vec![ev],
+            },
+        ))
+    })
+    .await
+}
+
+/// Detach a pod and free its IP; Ok(false) when there was no such pod.
+pub async fn detach_pod(
+    core: &CoreHandle,
+    namespace: String,
+    name: String,
+) -> Result<bool, ApiError> {
+    core.mutate(move |m| {
+        let Some(node) = m.pod(&namespace, &name).map(|p| p.node.clone()) else {
+            return Ok((false, Effects::default()));
+        };
+        let affected = m.delete_pod(&namespace, &name)?;
+        let ev = Event::now(
+            "PodDetached",
+            format!("pod/{namespace}/{name}"),
+            format!("pod {namespace}/{name} detached"),
+        );
+        let changes = vec![pod_change(m, &namespace, &name), node_change(m, &node)];
+        Ok((
+            true,
+            Effects {
+                affected,
+                changes,
+                require_connected: None,
+                events: vec![ev],
+            },
+        ))
+    })
+    .await
+}
+
+/// What a NETID operation does.
+#[derive(Clone, Debug)]
+pub enum NetIdOp {
+    /// Give the namespaces the NETID of `to`.
+    Join { to: String },
+    /// Give each namespace a fresh NETID.
+    Isolate,
+    /// Give the namespaces NETID 0.
+    Global,
+}
+
+/// Join, isolate or make global; returns the namespaces' new NETIDs.
+pub async fn netid_op(
+    core: &CoreHandle,
+    op: NetIdOp,
+    names: Vec<String>,
+) -> Result<Vec<NamespaceInfo>, ApiError> {
+    if names.is_empty() {
+        return Err(ApiError::Invalid("name at least one namespace".into()));
+    }
+    core.mutate(move |m| {
+        for n in names.iter() {
+            if m.namespace(n).is_none() {
+                return Err(ApiError::from(ModelError::UnknownNamespace(n.clone())));
+            }
+        }
+        let before = m.clone();
+        let mut affected = topology::Affected::none();
+        let result: Result<(), ModelError> = (|| {
+            match &op {
+                NetIdOp::Join { to } => {
+                    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                    affected.merge(m.join(&refs, to)?);
+                }
+                NetIdOp::Isolate => {
+                    for n in &names {
+                        affected.merge(m.isolate(n)?);
+                    }
+                }
+                NetIdOp::Global => {
+                    for n in &names {
+                        affected.merge(m.make_global(n)?);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            *m = before;
+            return Err(ApiError::from(e));
+        }
+        let infos: Vec<NamespaceInfo> = names.iter().filter_map(|n| m.namespace(n)).collect();
+        let mut changes: Vec<_> = names.iter().map(|n| namespace_change(m, n)).collect();
+        changes.push(cursors_change(m));
+        let what = match &op {
+            NetIdOp::Join { to } => format!("joined to {to}"),
+            NetIdOp::Isolate => "isolated".to_string(),
+            NetIdOp::Global => "made global".to_string(),
+        };
+        let events = infos
+            .iter()
+            .map(|i| {
+                Event::now(
+                    "NetIdChanged",
+                    format!("netnamespace/{}", i.name),
+                    format!("namespace {} {what}: NETID {}", i.name, i.netid),
+                )
+            })
+            .collect();
+        Ok((
+            infos,
+            Effects {
+                affected,
+                changes,
+                require_connected: None,
+                events,
+            },
+        ))
+    })
+    .await
+}
+
+/// Names follow Kubernetes' DNS-1123 label/subdomain rules (lower-case, digits, '-', '.').
+pub fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name
+            .as_bytes()
+            .first()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .as_bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(format!(
+            "{kind} name {name:?} is invalid: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+        )))
+    }
+}

@@ -1,0 +1,319 @@
+//! One reconciler task per switch: it owns the switch's desired FlowSet and what the switch was
+//! last known to hold, and makes the second equal the first with one bundle per change.
+//!
+//! * On connect it reads the switch's flows and groups and sends only the difference, so a
+//!   controller restart or reconnect with nothing changed sends nothing.
+//! * Desired-state updates that queue up while a bundle is in flight are merged into one.
+//! * An update is acknowledged after the switch's barrier reply.
+//! * On every audit tick the switch is re-read and drift (flows added or removed by hand)
+//!   repaired.
+
+use crate::error::ApiError;
+use crate::link::{LinkError, SwitchLink};
+use crate::metrics::Metrics;
+use crate::plan::plan;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use topology::FlowSet;
+
+/// What `get switches` shows of a switch; shared between the reconciler (writer) and readers.
+#[derive(Debug, Default)]
+pub struct SwitchStatus {
+    /// Node name (empty for an unknown datapath).
+    pub node: String,
+    /// Datapath id (0 until a switch connected).
+    pub dpid: AtomicU64,
+    /// Whether a switch is connected.
+    pub connected: AtomicBool,
+    /// Whether the switch holds exactly the desired state.
+    pub synced: AtomicBool,
+    /// Flows the switch holds (as last read or written).
+    pub installed_flows: AtomicU64,
+    /// Flows the switch should hold.
+    pub desired_flows: AtomicU64,
+    /// Errors (refused changes, failed reads) so far.
+    pub errors: AtomicU64,
+    /// Flow and group mods sent so far.
+    pub mods_sent: AtomicU64,
+    /// Changes made by audits to repair drift.
+    pub drift_repairs: AtomicU64,
+    /// The last error, for `get switches`.
+    pub last_error: Mutex<String>,
+    /// The switch's address.
+    pub peer: Mutex<String>,
+    /// True for a datapath no node claims.
+    pub unknown: bool,
+}
+
+impl SwitchStatus {
+    fn set_error(&self, e: &str) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut g) = self.last_error.lock() {
+            *g = e.to_string();
+        }
+    }
+}
+
+/// An acknowledgement a caller waits for.
+pub struct Ack {
+    /// Where to send the outcome.
+    pub tx: oneshot::Sender<Result<(), ApiError>>,
+    /// Fail (rather than succeed later on reconnect) when the switch is not connected.
+    pub require_connected: bool,
+}
+
+/// Commands to a reconciler.
+pub enum ReconcileCmd {
+    /// New desired state.
+    Desired { flows: FlowSet, ack: Option<Ack> },
+    /// A switch connected (conn_id tells reconnects apart).
+    Connected {
+        conn_id: u64,
+        dpid: u64,
+        link: Arc<dyn SwitchLink>,
+    },
+    /// The connection `conn_id` ended.
+    Disconnected { conn_id: u64 },
+    /// Read the switch's current flows (for dump-flows --installed).
+    ReadInstalled {
+        reply: oneshot::Sender<Result<FlowSet, ApiError>>,
+    },
+    /// The desired state (for dump-flows).
+    ReadDesired { reply: oneshot::Sender<FlowSet> },
+    /// Stop the task; hand the link back (if any) so it can be reassigned.
+    Stop {
+        reply: oneshot::Sender<Option<(u64, u64, Arc<dyn SwitchLink>)>>,
+    },
+}
+
+/// A handle to a running reconciler.
+#[derive(Clone)]
+pub struct ReconcilerHandle {
+    /// Command channel.
+    pub tx: mpsc::UnboundedSender<ReconcileCmd>,
+    /// Shared status.
+    pub status: Arc<SwitchStatus>,
+}
+
+/// The reconciler task's state.
+pub struct Reconciler {
+    status: Arc<SwitchStatus>,
+    rx: mpsc::UnboundedReceiver<ReconcileCmd>,
+    desired: FlowSet,
+    installed: Option<FlowSet>,
+    link: Option<(u64, u64, Arc<dyn SwitchLink>)>,
+    audit_interval: Duration,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<Option<(u64, u64, Arc<dyn SwitchLink>)>>>,
+}
+
+impl Reconciler {
+    /// Start a reconciler for `node` (or an unknown datapath) with its desired state.
+    pub fn spawn(
+        node: &str,
+        unknown: bool,
+        desired: FlowSet,
+        audit_interval: Duration,
+        metrics: Arc<Metrics>,
+    ) -> ReconcilerHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let status = Arc::new(SwitchStatus {
+            node: node.to_string(),
+            unknown,
+            ..Default::default()
+        });
+        status
+            .desired_flows
+            .store(desired.len() as u64, Ordering::Relaxed);
+        let r = Reconciler {
+            status: status.clone(),
+            rx,
+            desired,
+            installed: None,
+            link: None,
+            audit_interval,
+            metrics,
+            stop: None,
+        };
+        tokio::spawn(r.run());
+        ReconcilerHandle { tx, status }
+    }
+
+    async fn run(mut self) {
+        let start = tokio::time::Instant::now() + self.audit_interval;
+        let mut audit = tokio::time::interval_at(start, self.audit_interval);
+        audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                cmd = self.rx.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    let mut acks = Vec::new();
+                    let mut dirty = self.handle(cmd, &mut acks).await;
+                    while let Ok(cmd) = self.rx.try_recv() {
+                        dirty |= self.handle(cmd, &mut acks).await;
+                    }
+                    if let Some(reply) = self.stop.take() {
+                        for a in acks {
+                            let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                                "node {} was removed", self.status.node))));
+                        }
+                        let _ = reply.send(self.link.take());
+                        break;
+                    }
+                    if dirty {
+                        self.sync(acks, false).await;
+                    }
+                }
+                _ = audit.tick() => {
+                    if self.link.is_some() {
+                        self.installed = None;
+                        self.sync(Vec::new(), true).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply one command; true when a sync should follow.
+    async fn handle(&mut self, cmd: ReconcileCmd, acks: &mut Vec<Ack>) -> bool {
+        match cmd {
+            ReconcileCmd::Desired { flows, ack } => {
+                self.status
+                    .desired_flows
+                    .store(flows.len() as u64, Ordering::Relaxed);
+                self.desired = flows;
+                acks.extend(ack);
+                true
+            }
+            ReconcileCmd::Connected {
+                conn_id,
+                dpid,
+                link,
+            } => {
+                tracing::info!(node = %self.status.node, dpid = format!("{dpid:#018x}"), peer = %link.peer(), "switch connected");
+                if let Ok(mut p) = self.status.peer.lock() {
+                    *p = link.peer();
+                }
+                self.status.dpid.store(dpid, Ordering::Relaxed);
+                self.status.connected.store(true, Ordering::Relaxed);
+                self.link = Some((conn_id, dpid, link));
+                self.installed = None;
+                true
+            }
+            ReconcileCmd::Disconnected { conn_id } => {
+                if self.link.as_ref().is_some_and(|(c, _, _)| *c == conn_id) {
+                    tracing::warn!(node = %self.status.node, "switch disconnected");
+                    self.link = None;
+                    self.installed = None;
+                    self.status.connected.store(false, Ordering::Relaxed);
+                    self.status.synced.store(false, Ordering::Relaxed);
+                }
+                false
+            }
+            ReconcileCmd::ReadInstalled { reply } => {
+                let r = match &self.link {
+                    None => Err(ApiError::Unavailable(format!(
+                        "the switch of node {} is not connected",
+                        self.status.node
+                    ))),
+                    Some((_, _, link)) => match link.read_state().await {
+                        Ok((f, g)) => Ok(FlowSet::new(f, g)),
+                        Err(e) => Err(ApiError::Unavailable(format!(
+                            "reading the switch of node {}: {e}",
+                            self.status.node
+                        ))),
+                    },
+                };
+                let _ = reply.send(r);
+                false
+            }
+            ReconcileCmd::ReadDesired { reply } => {
+                let _ = reply.send(self.desired.clone());
+                false
+            }
+            ReconcileCmd::Stop { reply } => {
+                self.stop = Some(reply);
+                false
+            }
+        }
+    }
+
+    /// Make the switch hold the desired state, then answer the acks.
+    async fn sync(&mut self, acks: Vec<Ack>, audit: bool) {
+        let Some((_, _, link)) = self.link.clone() else {
+            for a in acks {
+                let r = if a.require_connected {
+                    Err(ApiError::Unavailable(format!(
+                        "the switch of node {} is not connected (is flowmesh-shim running there?)",
+                        self.status.node
+                    )))
+                } else {
+                    Ok(())
+                };
+                let _ = a.tx.send(r);
+            }
+            return;
+        };
+        let started = Instant::now();
+        let result = self.sync_with(link.as_ref(), audit).await;
+        match &result {
+            Ok(()) => {
+                self.status.synced.store(true, Ordering::Relaxed);
+                self.metrics.observe_sync(started.elapsed());
+            }
+            Err(e) => {
+                self.status.synced.store(false, Ordering::Relaxed);
+                self.status.set_error(&e.to_string());
+                self.metrics.switch_errors.inc();
+                tracing::error!(node = %self.status.node, error = %e, "switch sync failed");
+                if let LinkError::Disconnected(_) = e {
+                    self.link = None;
+                    self.status.connected.store(false, Ordering::Relaxed);
+                }
+                self.installed = None;
+            }
+        }
+        let r = result.map_err(|e| {
+            ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
+        });
+        for a in acks {
+            let _ = a.tx.send(r.clone());
+        }
+    }
+
+    async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        let installed = match self.installed.take() {
+            Some(i) => i,
+            None => {
+                let (f, g) = link.read_state().await?;
+                FlowSet::new(f, g)
+            }
+        };
+        let diff = FlowSet::diff(&installed, &self.desired);
+        if diff.is_empty() {
+            self.status
+                .installed_flows
+                .store(installed.len() as u64, Ordering::Relaxed);
+            self.installed = Some(installed);
+            return Ok(());
+        }
+        if audit {
+            tracing::warn!(node = %self.status.node, changes = diff.len(), "audit found drift; repairing");
+            self.status
+                .drift_repairs
+                .fetch_add(diff.len() as u64, Ordering::Relaxed);
+        }
+        let batch = plan(&diff);
+        let n = batch.len() as u64;
+        link.apply(batch).await?;
+        self.status.mods_sent.fetch_add(n, Ordering::Relaxed);
+        self.metrics.flow_mods_sent.inc_by(n);
+        self.status
+            .installed_flows
+            .store(self.desired.len() as u64, Ordering::Relaxed);
+        self.installed = Some(self.desired.clone());
+        Ok(())
+    }
+}
