@@ -523,11 +523,8 @@ mod tests {
     #[test]
     fn ovs_bundle_error_decodes_as_bundle_failed() {
         // Captured from OVS 3.1: OFPBFC_BAD_ID answering a COMMIT of an unknown bundle.
-        let hex = "0401002800000083ffff08fe4f4e460004040018000000834f4e4600000008fc00000063000403";
-        let raw: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
-            .collect();
+        let hex = include_str!("../../tests/data/msg/bundle_error_bad_id.hex").trim();
+        let raw = crate::message::parse_hex(hex).expect("hex");
         let (m, _) = decode_message(&raw).expect("error");
         let Message::Error(e) = &m else { panic!() };
         assert_eq!(e.kind, ErrorKind::BundleFailed(BundleFailedCode::BadId));

@@ -275,10 +275,12 @@ fn render(s: &mut String, msg: &Message, xid: u32) {
                 2 => "invalid_ttl",
                 _ => "unknown",
             };
+            if p.table_id != 0 {
+                let _ = write!(s, " table_id={}", p.table_id);
+            }
             let _ = write!(
                 s,
-                " table_id={} cookie={:#x} total_len={} {} (via {reason}) data_len={}",
-                p.table_id,
+                " cookie={:#x} total_len={} {} (via {reason}) data_len={}",
                 p.cookie,
                 p.total_len,
                 p.matches,
