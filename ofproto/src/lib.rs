@@ -5,6 +5,7 @@ pub mod action;
 pub mod error;
 pub mod flow;
 pub mod instruction;
+pub mod message;
 pub mod oxm;
 pub mod text;
 pub mod wire;
@@ -15,4 +16,7 @@ pub use flow::{
     Bucket, Flow, FlowMod, FlowModCommand, Group, GroupMod, GroupModCommand, GroupType,
 };
 pub use instruction::Instruction;
+pub use message::{
+    decode_frame, decode_message, ofp_print, parse_hex, Framer, Message, MessageHeader,
+};
 pub use oxm::{Field, Match, MatchField, OxmHeader};
