@@ -330,6 +330,25 @@ pub struct Trace {
     pub steps: Vec<Step>,
     /// Every end the packet (and its copies) reached.
     pub outcomes: Vec<Outcome>,
+    /// Every VXLAN hop, in order: what left which node over vxlan0.
+    pub tunnels: Vec<TunnelHop>,
+}
+
+/// A packet sent out of vxlan0: the tunnel metadata the sender set and the packet as the
+/// receiving node's vxlan0 hands it to its pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunnelHop {
+    /// Sending node.
+    pub from: String,
+    /// `tun_id` as the sender's flows set it (all 64 bits; VXLAN carries the low 24).
+    pub tun_id: u64,
+    /// `tun_dst` as the sender's flows set it.
+    pub tun_dst: Ipv4Addr,
+    /// The node owning `tun_dst` (None: no such node).
+    pub to: Option<String>,
+    /// The packet as received: in_port = vxlan0, tun_id = the VNI, tun_src = the sender's
+    /// IP, tun_dst, registers cleared.
+    pub received: Packet,
 }
 
 impl Trace {
@@ -608,7 +627,24 @@ impl Simulator {
         }
         match port {
             crate::pipeline::regs::OFPORT_VXLAN => {
-                let Some(&dst) = self.by_ip.get(&p.tun_dst) else {
+                let mut q = Packet::l3(
+                    crate::pipeline::regs::OFPORT_VXLAN,
+                    p.eth_src,
+                    p.eth_dst,
+                    p.l3,
+                );
+                q.tun_id = p.tun_id & 0xff_ffff; // the VNI is 24 bits
+                q.tun_src = node.ip;
+                q.tun_dst = p.tun_dst;
+                let dst = self.by_ip.get(&p.tun_dst).copied();
+                t.tunnels.push(TunnelHop {
+                    from: node.name.clone(),
+                    tun_id: p.tun_id,
+                    tun_dst: p.tun_dst,
+                    to: dst.map(|d| self.nodes[d].node.name.clone()),
+                    received: q.clone(),
+                });
+                let Some(dst) = dst else {
                     t.outcomes.push(Outcome::TunnelToUnknown {
                         node: node.name.clone(),
                         tun_dst: p.tun_dst,
@@ -621,15 +657,6 @@ impl Simulator {
                     });
                     return;
                 }
-                let mut q = Packet::l3(
-                    crate::pipeline::regs::OFPORT_VXLAN,
-                    p.eth_src,
-                    p.eth_dst,
-                    p.l3,
-                );
-                q.tun_id = p.tun_id & 0xff_ffff; // the VNI is 24 bits
-                q.tun_src = node.ip;
-                q.tun_dst = self.nodes[dst].node.ip;
                 self.run_node(dst, q, hops + 1, t);
             }
             crate::pipeline::regs::OFPORT_TUN0 => t.outcomes.push(Outcome::Host {
