@@ -676,3 +676,95 @@ impl Simulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClusterNetworkConfig, Mode};
+    use crate::model::PodAttach;
+    use crate::pipeline::compute_node;
+
+    fn two_nodes() -> (ClusterModel, BTreeMap<String, FlowSet>) {
+        let config = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("cidr"),
+            23,
+            "172.30.0.0/16".parse().expect("cidr"),
+            Mode::Multitenant,
+        );
+        let mut m = ClusterModel::new(config).expect("model");
+        m.add_node("n1", Ipv4Addr::new(192, 168, 0, 1), 1)
+            .expect("n1");
+        m.add_node("n2", Ipv4Addr::new(192, 168, 0, 2), 2)
+            .expect("n2");
+        m.add_namespace("a").expect("ns");
+        for (name, node) in [("p1", "n1"), ("p2", "n2")] {
+            m.add_pod(PodAttach {
+                namespace: "a",
+                name,
+                node,
+                port_name: name,
+                ofport: 3,
+            })
+            .expect("pod");
+        }
+        let sets = ["n1", "n2"]
+            .into_iter()
+            .map(|n| (n.to_string(), compute_node(&m, n).expect("flows")))
+            .collect();
+        (m, sets)
+    }
+
+    #[test]
+    fn a_vxlan_hop_is_recorded_with_the_packet_the_receiver_sees() {
+        let (m, sets) = two_nodes();
+        let (p1, p2) = (
+            m.pod("a", "p1").cloned().expect("p1"),
+            m.pod("a", "p2").cloned().expect("p2"),
+        );
+        let netid = u64::from(m.effective_netid("a"));
+        let t =
+            Simulator::from_model(&m, &sets).trace("n1", Packet::ipv4(3, p1.mac(), p1.ip, p2.ip));
+        assert_eq!(t.delivered(), vec![("n2", "p2")]);
+        let [hop] = t.tunnels.as_slice() else {
+            panic!("one hop expected: {:?}", t.tunnels);
+        };
+        assert_eq!(
+            (
+                hop.from.as_str(),
+                hop.to.as_deref(),
+                hop.tun_id,
+                hop.tun_dst
+            ),
+            ("n1", Some("n2"), netid, Ipv4Addr::new(192, 168, 0, 2))
+        );
+        let r = &hop.received;
+        assert_eq!((r.in_port, r.tun_id, r.regs), (1, netid, [0; 16]));
+        assert_eq!(
+            (r.tun_src, r.tun_dst),
+            (Ipv4Addr::new(192, 168, 0, 1), hop.tun_dst)
+        );
+    }
+
+    #[test]
+    fn a_hop_to_an_unknown_node_is_recorded_too() {
+        let (m, mut sets) = two_nodes();
+        // n1 still holds n2's mesh flows, but n2 is gone from the simulator.
+        sets.remove("n2");
+        let n1 = sets.get("n1").cloned().expect("n1 flows");
+        let p1 = m.pod("a", "p1").cloned().expect("p1");
+        let p2_ip = m.pod("a", "p2").map(|p| p.ip).expect("p2");
+        let sim = Simulator::new(vec![SimNode {
+            name: "n1".into(),
+            ip: Ipv4Addr::new(192, 168, 0, 1),
+            flows: n1,
+            ports: BTreeMap::from([(3, "p1".to_string())]),
+        }]);
+        let t = sim.trace("n1", Packet::ipv4(3, p1.mac(), p1.ip, p2_ip));
+        assert_eq!(t.tunnels.len(), 1);
+        assert_eq!(t.tunnels[0].to, None);
+        assert!(matches!(
+            t.outcomes.as_slice(),
+            [Outcome::TunnelToUnknown { node, .. }] if node == "n1"
+        ));
+    }
+}
