@@ -20,6 +20,7 @@ pub struct Appctl {
 }
 
 impl Appctl {
+    /// Connects to the sandbox's ovs-vswitchd control socket.
     pub fn connect(sbx: &OvsSandbox) -> Self {
         let path = sbx.ovs().vswitchd_ctl();
         let stream = std::os::unix::net::UnixStream::connect(&path)
