@@ -7,7 +7,9 @@
 //!
 //! Limits: `clone(...)` and group buckets restore the packet's metadata in OVS, but this parser
 //! tracks tunnel fields linearly through the trace; a `move:` into the tunnel id is only seen via
-//! the `-> NXM_NX_TUN_ID[] is now ...` note OVS prints.
+//! the `-> NXM_NX_TUN_ID[] is now ...` / `-> NXM_NX_TUN_ID[0..31] is now ...` note OVS prints
+//! (for a slice, bits outside it count as 0 unless this trace set them: OVS's `Flow:` line does
+//! not show the input tun_id).
 
 use std::net::Ipv4Addr;
 
@@ -245,6 +247,17 @@ impl Parser {
             if let Some(id) = parse_u64(v) {
                 self.tunnel.get_or_insert_with(TunnelSet::default).tun_id = Some(id);
             }
+        } else if let Some((ofs, n_bits, v)) = slice_note(note, "NXM_NX_TUN_ID") {
+            // `move:...->NXM_NX_TUN_ID[0..31]` prints the slice's new value only; bits outside
+            // it keep what this trace set before (0 if nothing: the input tun_id is not known).
+            let tunnel = self.tunnel.get_or_insert_with(TunnelSet::default);
+            let mask = if n_bits >= 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n_bits) - 1) << ofs
+            };
+            let old = tunnel.tun_id.unwrap_or(0);
+            tunnel.tun_id = Some((old & !mask) | (v.checked_shl(ofs).unwrap_or(0) & mask));
         }
         if let Some(v) = note
             .strip_prefix("NXM_NX_TUN_IPV4_DST[] is now ")
@@ -369,6 +382,24 @@ fn table_line(s: &str) -> Option<(u8, Option<String>)> {
     } else {
         Some((table, Some(rest.to_owned())))
     }
+}
+
+/// `"NXM_NX_TUN_ID[0..31] is now 0xa"` (field `NXM_NX_TUN_ID`) -> (0, 32, 0xa); a single bit
+/// `[5]` -> (5, 1, v). Whole fields (`[]`) are not slices.
+fn slice_note(note: &str, field: &str) -> Option<(u32, u32, u64)> {
+    let rest = note.strip_prefix(field)?.strip_prefix('[')?;
+    let (range, value) = rest.split_once("] is now ")?;
+    let (lo, hi) = match range.split_once("..") {
+        Some((lo, hi)) => (lo.parse::<u32>().ok()?, hi.parse::<u32>().ok()?),
+        None => {
+            let bit = range.parse::<u32>().ok()?;
+            (bit, bit)
+        }
+    };
+    if hi < lo || hi >= 64 {
+        return None;
+    }
+    Some((lo, hi - lo + 1, parse_u64(value)?))
 }
 
 fn port_of(s: &str) -> OutputPort {
@@ -556,6 +587,30 @@ mod tests {
         assert_eq!(t.outputs_on("br-phy").count(), 1);
         assert!(t.final_datapath_actions().starts_with("tnl_push("));
         assert!(t.final_datapath_actions().contains("vni=0x6"));
+    }
+
+    #[test]
+    fn move_into_a_tunnel_id_slice() {
+        let t = parse(include_str!("fixtures/trace_move_tun_id_slice.txt"));
+        assert_eq!(
+            t.tunnel_outputs(1),
+            vec![TunnelSet {
+                tun_id: Some(0xa),
+                tun_dst: Some(ip("192.168.50.13"))
+            }]
+        );
+        assert_eq!(
+            slice_note("NXM_NX_TUN_ID[8..15] is now 0x3", "NXM_NX_TUN_ID"),
+            Some((8, 8, 3))
+        );
+        assert_eq!(
+            slice_note("NXM_NX_TUN_ID[] is now 0x3", "NXM_NX_TUN_ID"),
+            None
+        );
+        assert_eq!(
+            slice_note("NXM_NX_TUN_ID[9..3] is now 0x3", "NXM_NX_TUN_ID"),
+            None
+        );
     }
 
     #[test]

@@ -330,6 +330,25 @@ pub struct Trace {
     pub steps: Vec<Step>,
     /// Every end the packet (and its copies) reached.
     pub outcomes: Vec<Outcome>,
+    /// Every VXLAN hop, in order: what left which node over vxlan0.
+    pub tunnels: Vec<TunnelHop>,
+}
+
+/// A packet sent out of vxlan0: the tunnel metadata the sender set and the packet as the
+/// receiving node's vxlan0 hands it to its pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunnelHop {
+    /// Sending node.
+    pub from: String,
+    /// `tun_id` as the sender's flows set it (all 64 bits; VXLAN carries the low 24).
+    pub tun_id: u64,
+    /// `tun_dst` as the sender's flows set it.
+    pub tun_dst: Ipv4Addr,
+    /// The node owning `tun_dst` (None: no such node).
+    pub to: Option<String>,
+    /// The packet as received: in_port = vxlan0, tun_id = the VNI, tun_src = the sender's
+    /// IP, tun_dst, registers cleared.
+    pub received: Packet,
 }
 
 impl Trace {
@@ -608,7 +627,24 @@ impl Simulator {
         }
         match port {
             crate::pipeline::regs::OFPORT_VXLAN => {
-                let Some(&dst) = self.by_ip.get(&p.tun_dst) else {
+                let mut q = Packet::l3(
+                    crate::pipeline::regs::OFPORT_VXLAN,
+                    p.eth_src,
+                    p.eth_dst,
+                    p.l3,
+                );
+                q.tun_id = p.tun_id & 0xff_ffff; // the VNI is 24 bits
+                q.tun_src = node.ip;
+                q.tun_dst = p.tun_dst;
+                let dst = self.by_ip.get(&p.tun_dst).copied();
+                t.tunnels.push(TunnelHop {
+                    from: node.name.clone(),
+                    tun_id: p.tun_id,
+                    tun_dst: p.tun_dst,
+                    to: dst.map(|d| self.nodes[d].node.name.clone()),
+                    received: q.clone(),
+                });
+                let Some(dst) = dst else {
                     t.outcomes.push(Outcome::TunnelToUnknown {
                         node: node.name.clone(),
                         tun_dst: p.tun_dst,
@@ -621,15 +657,6 @@ impl Simulator {
                     });
                     return;
                 }
-                let mut q = Packet::l3(
-                    crate::pipeline::regs::OFPORT_VXLAN,
-                    p.eth_src,
-                    p.eth_dst,
-                    p.l3,
-                );
-                q.tun_id = p.tun_id & 0xff_ffff; // the VNI is 24 bits
-                q.tun_src = node.ip;
-                q.tun_dst = self.nodes[dst].node.ip;
                 self.run_node(dst, q, hops + 1, t);
             }
             crate::pipeline::regs::OFPORT_TUN0 => t.outcomes.push(Outcome::Host {
@@ -647,5 +674,97 @@ impl Simulator {
                 }),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClusterNetworkConfig, Mode};
+    use crate::model::PodAttach;
+    use crate::pipeline::compute_node;
+
+    fn two_nodes() -> (ClusterModel, BTreeMap<String, FlowSet>) {
+        let config = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("cidr"),
+            23,
+            "172.30.0.0/16".parse().expect("cidr"),
+            Mode::Multitenant,
+        );
+        let mut m = ClusterModel::new(config).expect("model");
+        m.add_node("n1", Ipv4Addr::new(192, 168, 0, 1), 1)
+            .expect("n1");
+        m.add_node("n2", Ipv4Addr::new(192, 168, 0, 2), 2)
+            .expect("n2");
+        m.add_namespace("a").expect("ns");
+        for (name, node) in [("p1", "n1"), ("p2", "n2")] {
+            m.add_pod(PodAttach {
+                namespace: "a",
+                name,
+                node,
+                port_name: name,
+                ofport: 3,
+            })
+            .expect("pod");
+        }
+        let sets = ["n1", "n2"]
+            .into_iter()
+            .map(|n| (n.to_string(), compute_node(&m, n).expect("flows")))
+            .collect();
+        (m, sets)
+    }
+
+    #[test]
+    fn a_vxlan_hop_is_recorded_with_the_packet_the_receiver_sees() {
+        let (m, sets) = two_nodes();
+        let (p1, p2) = (
+            m.pod("a", "p1").cloned().expect("p1"),
+            m.pod("a", "p2").cloned().expect("p2"),
+        );
+        let netid = u64::from(m.effective_netid("a"));
+        let t =
+            Simulator::from_model(&m, &sets).trace("n1", Packet::ipv4(3, p1.mac(), p1.ip, p2.ip));
+        assert_eq!(t.delivered(), vec![("n2", "p2")]);
+        let [hop] = t.tunnels.as_slice() else {
+            panic!("one hop expected: {:?}", t.tunnels);
+        };
+        assert_eq!(
+            (
+                hop.from.as_str(),
+                hop.to.as_deref(),
+                hop.tun_id,
+                hop.tun_dst
+            ),
+            ("n1", Some("n2"), netid, Ipv4Addr::new(192, 168, 0, 2))
+        );
+        let r = &hop.received;
+        assert_eq!((r.in_port, r.tun_id, r.regs), (1, netid, [0; 16]));
+        assert_eq!(
+            (r.tun_src, r.tun_dst),
+            (Ipv4Addr::new(192, 168, 0, 1), hop.tun_dst)
+        );
+    }
+
+    #[test]
+    fn a_hop_to_an_unknown_node_is_recorded_too() {
+        let (m, mut sets) = two_nodes();
+        // n1 still holds n2's mesh flows, but n2 is gone from the simulator.
+        sets.remove("n2");
+        let n1 = sets.get("n1").cloned().expect("n1 flows");
+        let p1 = m.pod("a", "p1").cloned().expect("p1");
+        let p2_ip = m.pod("a", "p2").map(|p| p.ip).expect("p2");
+        let sim = Simulator::new(vec![SimNode {
+            name: "n1".into(),
+            ip: Ipv4Addr::new(192, 168, 0, 1),
+            flows: n1,
+            ports: BTreeMap::from([(3, "p1".to_string())]),
+        }]);
+        let t = sim.trace("n1", Packet::ipv4(3, p1.mac(), p1.ip, p2_ip));
+        assert_eq!(t.tunnels.len(), 1);
+        assert_eq!(t.tunnels[0].to, None);
+        assert!(matches!(
+            t.outcomes.as_slice(),
+            [Outcome::TunnelToUnknown { node, .. }] if node == "n1"
+        ));
     }
 }

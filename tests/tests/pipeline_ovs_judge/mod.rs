@@ -1,0 +1,297 @@
+//! The trace judge of `pipeline_ovs`: a packet goes through the topology simulator and through
+//! `ofproto/trace` on the real bridges (continuing on the receiving bridge after each VXLAN
+//! hop, with the packet as that bridge's vxlan0 hands it over), and the two verdicts are
+//! compared node by node: the flows matched (table, priority, cookie) and the outputs (pod
+//! port, tun0, or vxlan0 with tun_id and tun_dst; none = dropped).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use flowmesh_tests::OvsSandbox;
+use topology::sim::L3;
+use topology::{ClusterModel, FlowSet, Packet, Simulator};
+
+/// One connection to ovs-vswitchd's unixctl socket, kept open for every `ofproto/trace`:
+/// the same JSON-RPC `ovs-appctl` speaks, without a process per trace (hundreds of traces run
+/// on every commit).
+pub struct Appctl {
+    stream: std::io::BufReader<std::os::unix::net::UnixStream>,
+    next_id: u64,
+}
+
+impl Appctl {
+    /// Connects to the sandbox's ovs-vswitchd control socket.
+    pub fn connect(sbx: &OvsSandbox) -> Self {
+        let path = sbx.ovs().vswitchd_ctl();
+        let stream = std::os::unix::net::UnixStream::connect(&path)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("read timeout");
+        Appctl {
+            stream: std::io::BufReader::new(stream),
+            next_id: 0,
+        }
+    }
+
+    /// `ovs-appctl ofproto/trace BRIDGE FLOW`, parsed.
+    pub fn trace(&mut self, bridge: &str, flow: &str) -> Result<flowmesh_tests::Trace, String> {
+        use serde::Deserialize as _;
+        use std::io::Write as _;
+        self.next_id += 1;
+        let id = self.next_id;
+        let req =
+            serde_json::json!({"method": "ofproto/trace", "params": [bridge, flow], "id": id});
+        let mut bytes = serde_json::to_vec(&req).map_err(|e| e.to_string())?;
+        bytes.push(b'\n');
+        self.stream
+            .get_mut()
+            .write_all(&bytes)
+            .map_err(|e| format!("unixctl write: {e}"))?;
+        // One reply object; no `end()`: the connection stays open.
+        let mut de = serde_json::Deserializer::from_reader(&mut self.stream);
+        let reply =
+            serde_json::Value::deserialize(&mut de).map_err(|e| format!("unixctl reply: {e}"))?;
+        if reply["id"] != serde_json::json!(id) {
+            return Err(format!("unixctl reply for another request: {reply}"));
+        }
+        match (&reply["error"], &reply["result"]) {
+            (serde_json::Value::Null, serde_json::Value::String(text)) => {
+                flowmesh_tests::Trace::parse(text.as_str()).map_err(|e| e.to_string())
+            }
+            (err, _) => Err(format!("ofproto/trace {bridge} {flow}: {err}")),
+        }
+    }
+}
+
+/// One output a node's pipeline performed, as both judges can say it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Out {
+    /// A pod port (or any port other than vxlan0 and tun0).
+    Port(u32),
+    /// tun0: the node's host.
+    Host,
+    /// vxlan0 with the tunnel metadata set before the output.
+    Vxlan { tun_id: u64, tun_dst: Ipv4Addr },
+    /// Anything else (controller, loop, ...).
+    Other(String),
+}
+
+/// What one node did with one packet: the flows it matched and where it sent the packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeVerdict {
+    /// Per table visit: `t<table> p<priority> <cookie>` of the matched flow, or `t<table> miss`.
+    path: Vec<String>,
+    /// Outputs, sorted; empty = dropped.
+    outs: Vec<Out>,
+}
+
+fn hit(table: u8, flow: Option<(u16, u64)>) -> String {
+    match flow {
+        Some((priority, cookie)) => format!("t{table} p{priority} {cookie:#x}"),
+        None => format!("t{table} miss"),
+    }
+}
+
+/// The simulator's verdict for `node` (a trace may cross several nodes).
+fn sim_verdict(t: &topology::Trace, node: &str) -> NodeVerdict {
+    use topology::Outcome as O;
+    let path = t
+        .steps
+        .iter()
+        .filter(|s| s.node == node)
+        .map(|s| hit(s.table, s.priority.map(|p| (p, s.cookie))))
+        .collect();
+    let mut outs: Vec<Out> = t
+        .outcomes
+        .iter()
+        .filter_map(|o| match o {
+            O::Delivered {
+                node: n, ofport, ..
+            } if n == node => Some(Out::Port(*ofport)),
+            O::UnknownPort { node: n, ofport } if n == node => Some(Out::Port(*ofport)),
+            O::Host { node: n } if n == node => Some(Out::Host),
+            O::Loop { node: n } if n == node => Some(Out::Other("loop".into())),
+            _ => None,
+        })
+        .collect();
+    outs.extend(
+        t.tunnels
+            .iter()
+            .filter(|h| h.from == node)
+            .map(|h| Out::Vxlan {
+                tun_id: h.tun_id,
+                tun_dst: h.tun_dst,
+            }),
+    );
+    outs.sort();
+    NodeVerdict { path, outs }
+}
+
+/// `"ip,nw_dst=10.1.0.0/16, priority 100, cookie 0x1"` -> (100, 1); no cookie -> 0.
+fn rule_priority_cookie(rule: &str) -> Option<(u16, u64)> {
+    let (_, tail) = rule.rsplit_once("priority ")?;
+    let (prio, cookie) = match tail.split_once(", cookie ") {
+        Some((p, c)) => (
+            p,
+            u64::from_str_radix(c.trim().trim_start_matches("0x"), 16).ok()?,
+        ),
+        None => (tail, 0),
+    };
+    Some((prio.trim().parse().ok()?, cookie))
+}
+
+/// OVS's verdict for `bridge` from a parsed `ofproto/trace`.
+fn ovs_verdict(t: &flowmesh_tests::Trace, bridge: &str) -> NodeVerdict {
+    use flowmesh_tests::OutputPort as P;
+    let path = t
+        .steps
+        .iter()
+        .filter(|s| s.bridge == bridge)
+        .map(|s| {
+            let rule = s.rule.as_deref().map(|r| {
+                rule_priority_cookie(r).unwrap_or_else(|| panic!("unparsed trace rule {r:?}"))
+            });
+            hit(s.table, rule)
+        })
+        .collect();
+    let mut outs: Vec<Out> = t
+        .outputs_on(bridge)
+        .map(|o| match (&o.port, &o.tunnel) {
+            (P::Port(1), tunnel) => {
+                let tunnel = tunnel.clone().unwrap_or_default();
+                Out::Vxlan {
+                    tun_id: tunnel.tun_id.unwrap_or(0),
+                    tun_dst: tunnel.tun_dst.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                }
+            }
+            (P::Port(2), _) => Out::Host,
+            (P::Port(p), _) => Out::Port(*p),
+            (other, _) => Out::Other(format!("{other:?}")),
+        })
+        .collect();
+    outs.sort();
+    NodeVerdict { path, outs }
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A simulator packet as an `ofproto/trace` flow (protocol keyword first: OVS checks
+/// prerequisites left to right).
+pub fn trace_flow(p: &Packet) -> String {
+    let (proto, fields) = match p.l3 {
+        L3::Arp {
+            op,
+            spa,
+            tpa,
+            sha,
+            tha,
+        } => (
+            "arp".to_owned(),
+            format!(
+                "arp_op={op},arp_spa={spa},arp_tpa={tpa},arp_sha={},arp_tha={}",
+                mac_text(sha),
+                mac_text(tha)
+            ),
+        ),
+        L3::Ipv4 {
+            src,
+            dst,
+            proto,
+            src_port,
+            dst_port,
+        } => {
+            let (kw, l4) = match proto {
+                1 => ("icmp".to_owned(), ",icmp_type=8,icmp_code=0".to_owned()),
+                // `tp_src` means tcp_src to OVS's exact-flow parser: name each protocol's own.
+                6 => (
+                    "tcp".to_owned(),
+                    format!(",tcp_src={src_port},tcp_dst={dst_port}"),
+                ),
+                17 => (
+                    "udp".to_owned(),
+                    format!(",udp_src={src_port},udp_dst={dst_port}"),
+                ),
+                other => (format!("ip,nw_proto={other}"), String::new()),
+            };
+            (kw, format!("nw_src={src},nw_dst={dst},nw_ttl=64{l4}"))
+        }
+    };
+    let mut s = format!("{proto},in_port={}", p.in_port);
+    if p.in_port == 1 {
+        s += &format!(
+            ",tun_id={:#x},tun_src={},tun_dst={}",
+            p.tun_id, p.tun_src, p.tun_dst
+        );
+    }
+    s += &format!(
+        ",dl_src={},dl_dst={},{fields}",
+        mac_text(p.eth_src),
+        mac_text(p.eth_dst)
+    );
+    s
+}
+
+/// Runs every packet through the simulator and through `ofproto/trace` on the real bridges
+/// (continuing on the receiving bridge after each VXLAN hop) and records every disagreement.
+pub struct Judge {
+    ovs: Appctl,
+    sim: Simulator,
+    /// Packets judged.
+    pub packets: usize,
+    /// Packets on which every node's verdict agreed.
+    pub agreed: usize,
+    /// Node verdicts compared (a VXLAN hop adds one).
+    pub node_checks: usize,
+    /// One report per disagreeing node verdict (both verdicts and OVS's raw trace).
+    pub mismatches: Vec<String>,
+}
+
+impl Judge {
+    pub fn new(sbx: &OvsSandbox, m: &ClusterModel, sets: &BTreeMap<String, FlowSet>) -> Self {
+        Judge {
+            ovs: Appctl::connect(sbx),
+            sim: Simulator::from_model(m, sets),
+            packets: 0,
+            agreed: 0,
+            node_checks: 0,
+            mismatches: Vec::new(),
+        }
+    }
+
+    /// Judge `p` entering `node`; returns the simulator's trace for further expectations.
+    pub fn check(&mut self, label: &str, node: &str, p: Packet) -> topology::Trace {
+        let t = self.sim.trace(node, p.clone());
+        let mut legs = vec![(node.to_owned(), p)];
+        legs.extend(
+            t.tunnels
+                .iter()
+                .filter_map(|h| h.to.clone().map(|to| (to, h.received.clone()))),
+        );
+        let mut ok = true;
+        for (n, packet) in legs {
+            let flow = trace_flow(&packet);
+            let ovs = self
+                .ovs
+                .trace(&n, &flow)
+                .unwrap_or_else(|e| panic!("{label}: ofproto/trace {n} {flow}: {e}"));
+            let (ours, theirs) = (sim_verdict(&t, &n), ovs_verdict(&ovs, &n));
+            self.node_checks += 1;
+            if ours != theirs {
+                ok = false;
+                self.mismatches.push(format!(
+                    "{label}: on {n} with {flow}\n  simulator: {ours:?}\n  OVS:       {theirs:?}\n{}",
+                    ovs.raw
+                ));
+            }
+        }
+        self.packets += 1;
+        self.agreed += usize::from(ok);
+        t
+    }
+}
