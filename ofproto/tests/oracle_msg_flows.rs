@@ -47,7 +47,7 @@ pub fn overlay_flow() -> Flow {
         ),
         Action::set_field(Field::EthSrc, &[0x0a, 0x58, 0, 0, 0, 1]),
         Action::set_field_u64(Field::Reg(3), 7),
-        Action::DecTtl,
+        Action::DecNwTtl,
         Action::output(2),
     ])
 }
