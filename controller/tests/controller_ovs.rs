@@ -1,0 +1,382 @@
+//! flowmesh-controller against real Open vSwitch bridges (dummy datapath sandbox): the flows
+//! on every bridge equal the desired flows, NETID operations change the real tables, a restart
+//! sends nothing, drift is repaired, a restarted ovs-vswitchd is reprogrammed, acknowledged
+//! changes survive kill -9, and an unknown datapath gets only a default drop.
+
+mod support;
+
+use flowmesh_tests::OvsSandbox;
+use proto::admin::{self as pa};
+use std::time::{Duration, Instant};
+use support::{desired, sandbox, wait_for, wait_synced, Controller};
+
+const NODES: [(&str, u64, &[(&str, u32)]); 3] = [
+    ("node-a", 0xa, &[("p1", 3), ("p2", 4)]),
+    ("node-b", 0xb, &[("p1", 3)]),
+    ("node-c", 0xc, &[("p1", 3)]),
+];
+
+async fn populate(admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>) {
+    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
+        admin
+            .add_node(pa::AddNodeRequest {
+                name: name.to_string(),
+                node_ip: format!("172.31.0.{}", i + 1),
+                dpid: *dpid,
+            })
+            .await
+            .expect("add node");
+    }
+    for ns in ["ns1", "ns2", "ns3"] {
+        admin
+            .create_namespace(pa::NameRequest { name: ns.into() })
+            .await
+            .expect("create namespace");
+    }
+    let pods = [
+        ("node-a", "p1", "ns1", 3),
+        ("node-a", "p2", "ns2", 4),
+        ("node-b", "p1", "ns1", 3),
+        ("node-c", "p1", "ns3", 3),
+    ];
+    for (node, port, ns, ofport) in pods {
+        admin
+            .attach_pod(pa::AttachPodRequest {
+                node: node.into(),
+                namespace: ns.into(),
+                name: format!("{node}-{port}"),
+                port_name: OvsSandbox::port_name(node, port),
+                ofport,
+            })
+            .await
+            .expect("attach pod");
+    }
+}
+
+async fn assert_bridges_match(
+    sbx: &OvsSandbox,
+    admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>,
+) {
+    for (node, _, _) in NODES {
+        let want = desired(admin, node).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let have = sbx.dump_flows(node).expect("dump-flows");
+            if have == want {
+                break;
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<_> = want.iter().filter(|l| !have.contains(l)).collect();
+                let extra: Vec<_> = have.iter().filter(|l| !want.contains(l)).collect();
+                panic!(
+                    "{node}: bridge differs from desired\nmissing: {missing:#?}\nextra: {extra:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridges_hold_exactly_the_desired_flows_and_follow_netid_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctl = Controller::start(&dir.path().join("data"), &[]);
+    let sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+    let before = sbx.dump_flows("node-a").expect("dump");
+
+    admin
+        .join_projects(pa::JoinProjectsRequest {
+            to: "ns1".into(),
+            namespaces: vec!["ns2".into()],
+        })
+        .await
+        .expect("join");
+    assert_bridges_match(&sbx, &mut admin).await;
+    let joined = sbx.dump_flows("node-a").expect("dump");
+    assert_ne!(
+        before, joined,
+        "join-projects must change node-a's real table"
+    );
+
+    admin
+        .isolate_projects(pa::ProjectsRequest {
+            namespaces: vec!["ns2".into()],
+        })
+        .await
+        .expect("isolate");
+    assert_bridges_match(&sbx, &mut admin).await;
+    admin
+        .make_projects_global(pa::ProjectsRequest {
+            namespaces: vec!["ns3".into()],
+        })
+        .await
+        .expect("global");
+    assert_bridges_match(&sbx, &mut admin).await;
+    let nets = admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert!(
+        nets.iter().any(|n| n.name == "ns3" && n.netid == 0),
+        "{nets:?}"
+    );
+
+    // The pod's flows go with it.
+    admin
+        .detach_pod(pa::PodRef {
+            namespace: "ns3".into(),
+            name: "node-c-p1".into(),
+        })
+        .await
+        .expect("detach");
+    assert_bridges_match(&sbx, &mut admin).await;
+}
+
+fn flow_durations(sbx: &OvsSandbox, bridge: &str) -> Vec<(String, f64)> {
+    let text = sbx
+        .ofctl(&["-O", "OpenFlow13", "dump-flows", bridge])
+        .expect("dump-flows with stats");
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.contains("duration=")) {
+        let dur = line
+            .split("duration=")
+            .nth(1)
+            .and_then(|s| s.split('s').next())
+            .and_then(|s| s.parse::<f64>().ok())
+            .expect("duration");
+        // The flow itself without its statistics.
+        let key: String = line
+            .split(", ")
+            .filter(|p| {
+                !p.contains("duration=") && !p.contains("n_packets=") && !p.contains("n_bytes=")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push((key.trim().to_string(), dur));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+async fn mods_sent(ctl: &Controller) -> u64 {
+    let text = http_get(ctl.metrics, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("flowmesh_flow_mods_sent_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("flowmesh_flow_mods_sent_total")
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect metrics");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_restart_with_unchanged_state_sends_no_flow_mod() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut ctl = Controller::start(&dir.path().join("data"), &[]);
+    let sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+    let recv_before: Vec<u64> = vec![sbx.coverage_counter("ofproto_flush").unwrap_or(0)];
+    let before: Vec<_> = NODES
+        .iter()
+        .map(|(n, _, _)| flow_durations(&sbx, n))
+        .collect();
+
+    ctl.kill9();
+    ctl.spawn();
+    let mut admin = ctl.admin().await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    assert_eq!(
+        mods_sent(&ctl).await,
+        0,
+        "the restarted controller sent flow mods"
+    );
+    for (i, (node, _, _)) in NODES.iter().enumerate() {
+        let after = flow_durations(&sbx, node);
+        assert_eq!(after.len(), before[i].len(), "{node}: flow count changed");
+        for ((k0, d0), (k1, d1)) in before[i].iter().zip(&after) {
+            assert_eq!(k0, k1, "{node}: flows changed");
+            // A reinstalled flow would restart its duration.
+            assert!(
+                d1 >= d0,
+                "{node}: flow was reinstalled ({d0}s -> {d1}s): {k1}"
+            );
+        }
+    }
+    assert_eq!(
+        vec![sbx.coverage_counter("ofproto_flush").unwrap_or(0)],
+        recv_before,
+        "a bridge was flushed"
+    );
+    assert_bridges_match(&sbx, &mut admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_repaired_by_the_audit_and_a_restarted_vswitchd_is_reprogrammed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctl = Controller::start(&dir.path().join("data"), &["--audit-interval", "1"]);
+    let mut sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+
+    // A flow deleted by hand and a stray flow added by hand.
+    sbx.ofctl(&[
+        "-O",
+        "OpenFlow13",
+        "del-flows",
+        "--strict",
+        "node-a",
+        "table=0,priority=0",
+    ])
+    .expect("del");
+    sbx.ofctl(&[
+        "-O",
+        "OpenFlow13",
+        "add-flow",
+        "node-a",
+        "table=5,priority=7,ip actions=drop",
+    ])
+    .expect("add");
+    let t = Instant::now();
+    assert_bridges_match(&sbx, &mut admin).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "drift took {:?} to repair",
+        t.elapsed()
+    );
+    let sw = admin
+        .list_switches(pa::Empty {})
+        .await
+        .expect("switches")
+        .into_inner()
+        .items;
+    assert!(sw.iter().all(|s| s.synced), "{sw:?}");
+
+    // ovs-vswitchd restarts with empty tables and comes back fully programmed.
+    sbx.restart_vswitchd().expect("restart vswitchd");
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_in_a_burst_loses_no_acknowledged_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut ctl = Controller::start(&dir.path().join("data"), &[]);
+    let admin = ctl.admin().await;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let a2 = acked.clone();
+    let burst = tokio::spawn(async move {
+        let mut admin = admin;
+        for i in 0..10_000 {
+            let name = format!("burst-{i}");
+            match admin
+                .create_namespace(pa::NameRequest { name: name.clone() })
+                .await
+            {
+                Ok(_) => a2.lock().expect("lock").push(name),
+                Err(_) => break,
+            }
+        }
+    });
+    wait_for(
+        "some acknowledged changes",
+        Duration::from_secs(20),
+        async || acked.lock().map(|v| v.len() >= 50).unwrap_or(false),
+    )
+    .await;
+    ctl.kill9();
+    let _ = burst.await;
+    let acked = acked.lock().expect("lock").clone();
+    ctl.spawn();
+    let mut admin = ctl.admin().await;
+    let stored: Vec<String> = admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let lost: Vec<&String> = acked.iter().filter(|n| !stored.contains(n)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged namespaces lost after kill -9: {lost:?}",
+        lost.len()
+    );
+    // NETIDs stay unique after the restart.
+    let nets = admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    let mut ids: Vec<u32> = nets
+        .iter()
+        .filter(|n| n.netid != 0)
+        .map(|n| n.netid)
+        .collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "duplicate NETIDs after restart");
+    let next = admin
+        .create_namespace(pa::NameRequest {
+            name: "after-restart".into(),
+        })
+        .await
+        .expect("create")
+        .into_inner();
+    assert!(!ids.contains(&next.netid), "NETID {} reused", next.netid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_datapath_gets_only_a_default_drop_and_is_listed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctl = Controller::start(&dir.path().join("data"), &[]);
+    let sbx = sandbox(&ctl, &[("stranger", 0x5157, &[("p1", 3)])]);
+    sbx.add_flows(
+        "stranger",
+        &["table=0,priority=100,ip actions=output:3".to_string()],
+    )
+    .expect("add");
+    let mut admin = ctl.admin().await;
+    wait_for("the unknown switch", Duration::from_secs(20), async || {
+        let flows = sbx.dump_flows("stranger").unwrap_or_default();
+        flows == vec!["priority=0 actions=drop".to_string()]
+    })
+    .await;
+    let sw = admin
+        .list_switches(pa::Empty {})
+        .await
+        .expect("switches")
+        .into_inner()
+        .items;
+    assert!(
+        sw.iter()
+            .any(|s| s.unknown && s.dpid == 0x5157 && s.connected),
+        "{sw:?}"
+    );
+}

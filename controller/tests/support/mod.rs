@@ -1,0 +1,180 @@
+//! Running the real flowmesh-controller binary against a real Open vSwitch sandbox.
+
+#![allow(dead_code)]
+
+use flowmesh_tests::{BridgeSpec, OvsSandbox};
+use proto::admin::admin_client::AdminClient;
+use proto::admin::{self as pa};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A controller process (killed on drop).
+pub struct Controller {
+    pub child: Option<Child>,
+    pub data_dir: PathBuf,
+    pub grpc: SocketAddr,
+    pub openflow: SocketAddr,
+    pub metrics: SocketAddr,
+    pub log: PathBuf,
+    pub extra: Vec<String>,
+}
+
+impl Controller {
+    /// Start a controller on fresh ports with `data_dir`.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Controller {
+        let mut c = Controller {
+            child: None,
+            data_dir: data_dir.to_path_buf(),
+            grpc: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            openflow: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            metrics: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            log: data_dir.with_extension("log"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        c.spawn();
+        c
+    }
+
+    /// (Re)start the process on the same ports and data dir.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--grpc-listen")
+            .arg(self.grpc.to_string())
+            .arg("--openflow-listen")
+            .arg(self.openflow.to_string())
+            .arg("--metrics-listen")
+            .arg(self.metrics.to_string())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start flowmesh-controller");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(self.grpc).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "controller did not listen; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL the process (no clean shutdown) and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The OpenFlow target for switches.
+    pub fn target(&self) -> String {
+        format!("tcp:{}", self.openflow)
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// An admin API client.
+    pub async fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::connect(format!("http://{}", self.grpc))
+            .await
+            .expect("connect admin API")
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Sandbox bridges named after nodes, pointed at the controller.
+pub fn sandbox(ctl: &Controller, nodes: &[(&str, u64, &[(&str, u32)])]) -> OvsSandbox {
+    let mut b = OvsSandbox::builder()
+        .controller(ctl.target())
+        .controller_max_backoff_ms(1000);
+    for (name, dpid, pods) in nodes {
+        let mut spec = BridgeSpec::new(*name, *dpid);
+        for (p, ofport) in pods.iter() {
+            spec = spec.pod(*p, *ofport);
+        }
+        b = b.bridge(spec);
+    }
+    b.start().expect("sandbox")
+}
+
+/// Sorted flow lines the controller wants on `node`.
+pub async fn desired(admin: &mut AdminClient<Channel>, node: &str) -> Vec<String> {
+    let r = admin
+        .dump_flows(pa::DumpFlowsRequest {
+            node: node.into(),
+            view: pa::FlowView::Desired as i32,
+        })
+        .await
+        .expect("dump-flows")
+        .into_inner();
+    let mut v: Vec<String> = r
+        .lines
+        .into_iter()
+        .filter(|l| !l.starts_with("group_id"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Wait until `f` is true.
+pub async fn wait_for(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until every named switch is connected and synced.
+pub async fn wait_synced(admin: &mut AdminClient<Channel>, nodes: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sw = admin
+            .list_switches(pa::Empty {})
+            .await
+            .expect("switches")
+            .into_inner()
+            .items;
+        let ok = nodes
+            .iter()
+            .all(|n| sw.iter().any(|s| s.node == *n && s.connected && s.synced));
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < deadline, "switches never synced: {sw:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
