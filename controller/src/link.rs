@@ -8,6 +8,9 @@ use std::pin::Pin;
 /// A boxed future, so links can be used as trait objects.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What a switch holds: its flows (all tables) and groups.
+pub type SwitchState = (Vec<Flow>, Vec<Group>);
+
 /// One change to a switch's tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SwitchChange {
@@ -46,7 +49,7 @@ pub trait SwitchLink: Send + Sync + 'static {
     /// The peer address, for logs and `get switches`.
     fn peer(&self) -> String;
     /// Every flow (all tables) and group the switch holds.
-    fn read_state(&self) -> LinkFuture<'_, Result<(Vec<Flow>, Vec<Group>), LinkError>>;
+    fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
     /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>>;
 }

@@ -244,20 +244,20 @@ pub async fn netid_op(
         }
         let before = m.clone();
         let mut affected = topology::Affected::none();
-        let result: Result<(), ModelError> = (|| {
+        let result: Result<(), Box<ModelError>> = (|| {
             match &op {
                 NetIdOp::Join { to } => {
                     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                    affected.merge(m.join(&refs, to)?);
+                    affected.merge(m.join(&refs, to).map_err(Box::new)?);
                 }
                 NetIdOp::Isolate => {
                     for n in &names {
-                        affected.merge(m.isolate(n)?);
+                        affected.merge(m.isolate(n).map_err(Box::new)?);
                     }
                 }
                 NetIdOp::Global => {
                     for n in &names {
-                        affected.merge(m.make_global(n)?);
+                        affected.merge(m.make_global(n).map_err(Box::new)?);
                     }
                 }
             }
@@ -265,7 +265,7 @@ pub async fn netid_op(
         })();
         if let Err(e) = result {
             *m = before;
-            return Err(ApiError::from(e));
+            return Err(ApiError::from(*e));
         }
         let infos: Vec<NamespaceInfo> = names.iter().filter_map(|n| m.namespace(n)).collect();
         let mut changes: Vec<_> = names.iter().map(|n| namespace_change(m, n)).collect();

@@ -84,7 +84,7 @@ pub enum ReconcileCmd {
     ReadDesired { reply: oneshot::Sender<FlowSet> },
     /// Stop the task; hand the link back (if any) so it can be reassigned.
     Stop {
-        reply: oneshot::Sender<Option<(u64, u64, Arc<dyn SwitchLink>)>>,
+        reply: oneshot::Sender<Option<ConnectedLink>>,
     },
 }
 
@@ -97,16 +97,19 @@ pub struct ReconcilerHandle {
     pub status: Arc<SwitchStatus>,
 }
 
+/// A connection handed to a reconciler: (conn_id, dpid, link).
+pub type ConnectedLink = (u64, u64, Arc<dyn SwitchLink>);
+
 /// The reconciler task's state.
 pub struct Reconciler {
     status: Arc<SwitchStatus>,
     rx: mpsc::UnboundedReceiver<ReconcileCmd>,
     desired: FlowSet,
     installed: Option<FlowSet>,
-    link: Option<(u64, u64, Arc<dyn SwitchLink>)>,
+    link: Option<ConnectedLink>,
     audit_interval: Duration,
     metrics: Arc<Metrics>,
-    stop: Option<oneshot::Sender<Option<(u64, u64, Arc<dyn SwitchLink>)>>>,
+    stop: Option<oneshot::Sender<Option<ConnectedLink>>>,
 }
 
 impl Reconciler {

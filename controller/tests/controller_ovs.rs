@@ -10,7 +10,7 @@ use proto::admin::{self as pa};
 use std::time::{Duration, Instant};
 use support::{desired, sandbox, wait_for, wait_synced, Controller};
 
-const NODES: [(&str, u64, &[(&str, u32)]); 3] = [
+const NODES: [support::NodeSpec<'static>; 3] = [
     ("node-a", 0xa, &[("p1", 3), ("p2", 4)]),
     ("node-b", 0xb, &[("p1", 3)]),
     ("node-c", 0xc, &[("p1", 3)]),

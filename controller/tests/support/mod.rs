@@ -112,8 +112,11 @@ impl Drop for Controller {
     }
 }
 
+/// A node's bridge: name, datapath id, pod ports (name, ofport).
+pub type NodeSpec<'a> = (&'a str, u64, &'a [(&'a str, u32)]);
+
 /// Sandbox bridges named after nodes, pointed at the controller.
-pub fn sandbox(ctl: &Controller, nodes: &[(&str, u64, &[(&str, u32)])]) -> OvsSandbox {
+pub fn sandbox(ctl: &Controller, nodes: &[NodeSpec<'_>]) -> OvsSandbox {
     let mut b = OvsSandbox::builder()
         .controller(ctl.target())
         .controller_max_backoff_ms(1000);
