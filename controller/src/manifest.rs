@@ -228,8 +228,8 @@ pub struct ManifestError {
     pub kind: Option<String>,
     /// The object's name (`ns/name` for pods), when known.
     pub name: Option<String>,
-    /// What is wrong.
-    pub problem: Problem,
+    /// What is wrong (boxed to keep `Result`s small).
+    pub problem: Box<Problem>,
 }
 
 impl fmt::Display for ManifestError {
@@ -275,7 +275,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, ManifestError> {
             index,
             kind: None,
             name: None,
-            problem: Problem::Yaml(e.to_string()),
+            problem: Box::new(Problem::Yaml(e.to_string())),
         })?;
         if value.is_null() {
             continue;
@@ -293,7 +293,7 @@ fn parse_document(index: usize, value: &Value) -> Result<ManifestObject, Manifes
             index,
             kind: None,
             name: None,
-            problem: Problem::NotAnObject,
+            problem: Box::new(Problem::NotAnObject),
         });
     };
     let doc = Doc {
@@ -632,7 +632,7 @@ impl<'a> Doc<'a> {
             index: self.index,
             kind: self.kind.map(str::to_string),
             name: self.name.map(str::to_string),
-            problem,
+            problem: Box::new(problem),
         }
     }
 
@@ -842,7 +842,7 @@ mod tests {
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nmetadata: {name: a}\nnetname: b\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { ref field, .. } if field == "netname"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "netname"));
         assert_eq!(
             e.to_string(),
             "document 1 (NetNamespace \"a\"): netname: invalid value \"b\": must equal metadata.name \"a\""
@@ -855,7 +855,7 @@ mod tests {
             "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: abc\n",
         );
         assert_eq!(
-            e.problem,
+            *e.problem,
             Problem::WrongType {
                 field: "netid".into(),
                 expected: "an integer"
@@ -864,11 +864,11 @@ mod tests {
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: 99999999999\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { .. }));
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: -1\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { .. }));
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
     }
 
     #[test]
@@ -914,21 +914,21 @@ status:
         assert_eq!(e.kind.as_deref(), Some("Node"));
         assert_eq!(e.name.as_deref(), Some("n"));
         assert!(
-            matches!(e.problem, Problem::Missing { ref field, .. } if field == "status.addresses[type=InternalIP]")
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "status.addresses[type=InternalIP]")
         );
         let e = problem(
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations: {flowmesh.io/datapath-id: '1'}\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.300}]\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { ref value, .. } if value == "10.0.0.300"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "10.0.0.300"));
         let e = problem(
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.3}]\n",
         );
         assert!(e.to_string().contains("flowmesh.io/datapath-id"), "{e}");
-        assert!(matches!(e.problem, Problem::Missing { .. }));
+        assert!(matches!(*e.problem, Problem::Missing { .. }));
         let e = problem(
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations: {flowmesh.io/datapath-id: 0xZZ}\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.3}]\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { ref value, .. } if value == "0xZZ"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "0xZZ"));
     }
 
     #[test]
@@ -959,15 +959,15 @@ subnet: 10.128.2.0/23
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nhost: n\nmetadata: {annotations: {flowmesh.io/datapath-id: '1'}}\n",
         );
-        assert!(matches!(e.problem, Problem::Missing { ref field, .. } if field == "hostIP"));
+        assert!(matches!(*e.problem, Problem::Missing { ref field, .. } if field == "hostIP"));
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nmetadata: {name: a}\nhost: b\nhostIP: 1.1.1.1\n",
         );
-        assert!(matches!(e.problem, Problem::Invalid { ref field, .. } if field == "host"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "host"));
         let e = problem(
             "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nhostIP: 1.1.1.1\nmetadata: {annotations: {flowmesh.io/datapath-id: '1'}}\n",
         );
-        assert!(matches!(e.problem, Problem::Missing { ref field, .. } if field == "host"));
+        assert!(matches!(*e.problem, Problem::Missing { ref field, .. } if field == "host"));
     }
 
     #[test]
@@ -1005,21 +1005,21 @@ spec:
         ));
         assert_eq!(e.name.as_deref(), Some("ns1/web"));
         assert!(
-            matches!(e.problem, Problem::Missing { ref field, .. } if field == "spec.nodeName")
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "spec.nodeName")
         );
         let e = problem(&format!("{base}spec: {{nodeName: n}}\n"));
         assert!(e.to_string().contains("flowmesh.io/ovs-port"), "{e}");
         let e = problem(&format!(
             "{base}  annotations: {{flowmesh.io/ovs-port: p, flowmesh.io/ofport: '0'}}\nspec: {{nodeName: n}}\n"
         ));
-        assert!(matches!(e.problem, Problem::Invalid { ref value, .. } if value == "0"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "0"));
         let e = problem("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {nodeName: n}\n");
         assert!(
-            matches!(e.problem, Problem::Missing { ref field, .. } if field == "metadata.namespace")
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "metadata.namespace")
         );
         let e = problem("apiVersion: v1\nkind: Pod\nmetadata: {namespace: a, name: 'x/y'}\n");
         assert!(
-            matches!(e.problem, Problem::Invalid { ref field, .. } if field == "metadata.name")
+            matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "metadata.name")
         );
     }
 
@@ -1079,36 +1079,36 @@ mtu: 1450
         let head = "apiVersion: network.openshift.io/v1\nkind: ClusterNetwork\nmetadata: {name: default}\n";
         let e = problem(head);
         assert!(
-            matches!(e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks")
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks")
         );
         let e = problem(&format!("{head}clusterNetworks: [{{CIDR: 10.0.0.0/8}}]\n"));
         assert!(
-            matches!(e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks[0].hostSubnetLength")
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks[0].hostSubnetLength")
         );
         let e = problem(&format!(
             "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9, hostPrefix: 24}}]\n"
         ));
         assert!(
-            matches!(e.problem, Problem::Invalid { ref field, .. } if field == "clusterNetworks[0].hostPrefix")
+            matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "clusterNetworks[0].hostPrefix")
         );
         let e = problem(&format!(
             "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 40}}]\n"
         ));
-        assert!(matches!(e.problem, Problem::Invalid { .. }));
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
         let e = problem(&format!(
             "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\npluginName: redhat/openshift-ovs-flat\n"
         ));
-        assert!(matches!(e.problem, Problem::Invalid { ref field, .. } if field == "pluginName"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "pluginName"));
         let e = problem(&format!(
             "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\npluginName: redhat/openshift-ovs-subnet\nmode: multitenant\n"
         ));
-        assert!(matches!(e.problem, Problem::Invalid { ref field, .. } if field == "mode"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "mode"));
         let e = problem(&format!(
             "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\nvxlanPort: 70000\n"
         ));
-        assert!(matches!(e.problem, Problem::Invalid { ref field, .. } if field == "vxlanPort"));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "vxlanPort"));
         let e = problem(&format!("{head}clusterNetworks: 10.0.0.0/8\n"));
-        assert!(matches!(e.problem, Problem::WrongType { .. }));
+        assert!(matches!(*e.problem, Problem::WrongType { .. }));
     }
 
     #[test]
@@ -1167,7 +1167,7 @@ spec: {nodeName: node-1}
     fn unknown_kind_and_api_version() {
         let e = problem("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n");
         assert_eq!(
-            e.problem,
+            *e.problem,
             Problem::UnknownKind {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into()
@@ -1178,27 +1178,27 @@ spec: {nodeName: node-1}
             .starts_with("document 1 (Deployment \"web\"): unsupported kind"));
         // Right kind, wrong group.
         let e = problem("apiVersion: v1\nkind: HostSubnet\nhost: a\n");
-        assert!(matches!(e.problem, Problem::UnknownKind { .. }));
+        assert!(matches!(*e.problem, Problem::UnknownKind { .. }));
     }
 
     #[test]
     fn shape_errors() {
-        assert_eq!(problem("- a\n- b\n").problem, Problem::NotAnObject);
+        assert_eq!(*problem("- a\n- b\n").problem, Problem::NotAnObject);
         assert_eq!(
-            problem("kind: Namespace\n").problem,
+            *problem("kind: Namespace\n").problem,
             Problem::MissingTypeInfo("apiVersion")
         );
         assert_eq!(
-            problem("apiVersion: v1\n").problem,
+            *problem("apiVersion: v1\n").problem,
             Problem::MissingTypeInfo("kind")
         );
         let e =
             problem("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\nkey: [unclosed\n");
         assert_eq!(e.index, 2);
-        assert!(matches!(e.problem, Problem::Yaml(_)));
+        assert!(matches!(*e.problem, Problem::Yaml(_)));
         let e = problem("apiVersion: v1\nkind: Namespace\nmetadata: {name: [a]}\n");
         assert!(
-            matches!(e.problem, Problem::WrongType { ref field, .. } if field == "metadata.name")
+            matches!(*e.problem, Problem::WrongType { ref field, .. } if field == "metadata.name")
         );
     }
 
