@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use proto::admin::admin_client::AdminClient;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
 
 use super::errors::{error_chain, CliError, Operation};
 
@@ -54,11 +55,39 @@ impl Conn {
     {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
+            // The server enforces the same deadline (grpc-timeout) and may report it first;
+            // tonic's server says `Cancelled: Timeout expired`.
+            Ok(Err(status)) if is_deadline(&status) => Err(CliError::Timeout {
+                op: Box::new(op),
+                after: self.timeout,
+            }),
             Ok(Err(status)) => Err(CliError::from_status(op, &self.server, &status)),
             Err(_) => Err(CliError::Timeout {
                 op: Box::new(op),
                 after: self.timeout,
             }),
         }
+    }
+}
+
+/// A status that only says the call's deadline passed (no message of the server's own).
+fn is_deadline(status: &tonic::Status) -> bool {
+    let m = status.message().trim();
+    matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded)
+        && (m.is_empty() || m.eq_ignore_ascii_case("timeout expired"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_statuses() {
+        assert!(is_deadline(&tonic::Status::cancelled("Timeout expired")));
+        assert!(is_deadline(&tonic::Status::deadline_exceeded("")));
+        assert!(!is_deadline(&tonic::Status::deadline_exceeded(
+            "node-2 did not acknowledge within 5s"
+        )));
+        assert!(!is_deadline(&tonic::Status::cancelled("shutting down")));
     }
 }
