@@ -1252,7 +1252,7 @@ fn trace_verdict_first_and_deciding_step() {
     assert!(lines[header].contains("NODE") && lines[header].contains("COOKIE"));
     let steps = &lines[header + 1..header + 4];
     assert!(steps[0].starts_with("  ") && steps[0].contains("node-1"));
-    assert!(steps[1].contains("0x0000000100000002") && steps[1].ends_with("# from VXLAN"));
+    assert!(steps[1].contains(" 0x100000002 ") && steps[1].ends_with("# from VXLAN"));
     assert!(steps[2].starts_with("=>") && steps[2].contains("priority=0 actions=drop"));
     assert!(out.contains("decided by table 80 on node-2"));
     s.ctl(&[
@@ -1303,6 +1303,7 @@ fn trace_verdict_first_and_deciding_step() {
     );
     assert_eq!(v["allowed"], false);
     assert_eq!(v["steps"][2]["deciding"], true);
+    assert_eq!(v["steps"][2]["cookie"], "0x50");
     let err = s
         .ctl(&["trace", "--from", "nope/x", "--to", "red/db"])
         .fails(1)

@@ -1,8 +1,10 @@
 //! Rendering of admin API objects: `oc get`-style tables, JSON and YAML (pure functions).
 //!
-//! JSON/YAML field names are camelCase, as in OpenShift's objects. Datapath ids and cookies are
-//! strings of `0x` + 16 hex digits in every format (a 64-bit number does not survive JSON readers
-//! that use doubles, and this is the form `--dpid` and the datapath-id annotation accept).
+//! JSON/YAML field names are camelCase, as in OpenShift's objects. Datapath ids are strings of
+//! `0x` + 16 hex digits in every format (a 64-bit number does not survive JSON readers that use
+//! doubles, and this is a form `--dpid` and the datapath-id annotation accept). Cookies are
+//! strings in `ovs-ofctl`'s own form, `0x` + minimal hex (`0x0`, `0x1f`), so they can be
+//! matched against `dump-flows` lines.
 
 use proto::admin;
 use serde::Serialize;
@@ -32,9 +34,14 @@ pub enum OutputError {
     Yaml(#[from] serde_yaml::Error),
 }
 
-/// `0x` and 16 hex digits.
+/// `0x` and 16 hex digits (datapath ids).
 pub fn hex64(v: u64) -> String {
     format!("0x{v:016x}")
+}
+
+/// `0x` and minimal hex, as `ovs-ofctl` prints cookies.
+pub fn cookie(v: u64) -> String {
+    format!("0x{v:x}")
 }
 
 /// An object that prints as a table row.
@@ -375,7 +382,7 @@ pub struct TraceStepView {
     pub table: u32,
     /// Priority of the matched flow.
     pub priority: u32,
-    /// Cookie of the matched flow, `0x%016x`.
+    /// Cookie of the matched flow, `0x%x`.
     pub cookie: String,
     /// The matched flow (ovs-ofctl syntax); empty when none matched.
     pub flow: String,
@@ -413,7 +420,7 @@ impl From<&admin::TraceReply> for TraceView {
                     node: s.node.clone(),
                     table: s.table,
                     priority: s.priority,
-                    cookie: hex64(s.cookie),
+                    cookie: cookie(s.cookie),
                     flow: s.flow.clone(),
                     note: s.note.clone(),
                     deciding: usize::try_from(t.decided_by).ok() == Some(i),
@@ -752,7 +759,8 @@ mod tests {
         assert!(lines[2].contains("NODE") && lines[2].contains("COOKIE"));
         assert!(lines[3].starts_with("   ") && lines[3].contains("goto_table:20"));
         assert!(lines[4].starts_with("=>"), "{t}");
-        assert!(lines[4].contains("0x000000000000001f"));
+        assert!(lines[4].contains(" 0x1f "));
+        assert!(lines[3].contains(" 0x0 "));
         assert!(lines[4].ends_with("priority=0 actions=drop   # netid mismatch"));
         assert!(t.contains("decided by table 80 on node-1"));
         let j: serde_json::Value = serde_json::from_str(
