@@ -181,11 +181,15 @@ fn default_message(code: Code, target: &Target) -> String {
     }
 }
 
-/// The first of `names` that the message mentions.
+/// The one of `names` that the message names: quoted (`"foo"`) first, else as a whole word.
 fn mentioned<'a>(message: &str, names: &'a [String]) -> Option<&'a String> {
-    names
-        .iter()
-        .find(|n| message.contains(&format!("\"{n}\"")) || message.contains(&format!(" {n}")))
+    let quoted = names.iter().find(|n| message.contains(&format!("\"{n}\"")));
+    quoted.or_else(|| {
+        let words: Vec<&str> = message
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ':' | ';' | '(' | ')' | '\''))
+            .collect();
+        names.iter().find(|n| words.contains(&n.as_str()))
+    })
 }
 
 fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
@@ -387,6 +391,20 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("flowmeshctl get switches"));
+    }
+
+    #[test]
+    fn mentioned_prefers_quoted_and_whole_words() {
+        let names = vec!["red".to_string(), "redis".to_string()];
+        assert_eq!(
+            mentioned("namespace \"redis\" not found", &names).map(String::as_str),
+            Some("redis")
+        );
+        assert_eq!(
+            mentioned("no namespace redis", &names).map(String::as_str),
+            Some("redis")
+        );
+        assert_eq!(mentioned("namespace reddish not found", &names), None);
     }
 
     #[test]
