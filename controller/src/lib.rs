@@ -2,10 +2,12 @@
 //! gRPC services and metrics.
 
 pub mod apply;
+pub mod cli;
 pub mod core;
 pub mod error;
 pub mod grpc;
 pub mod link;
+pub mod manifest;
 pub mod metrics;
 pub mod ops;
 pub mod plan;

@@ -1,2 +1,4 @@
-//! flowmeshctl.
-fn main() {}
+//! flowmeshctl: the command-line client of flowmesh-controller (see docs/cli.md).
+fn main() {
+    controller::cli::main();
+}

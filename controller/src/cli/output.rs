@@ -1,0 +1,800 @@
+//! Rendering of admin API objects: `oc get`-style tables, JSON and YAML (pure functions).
+//!
+//! JSON/YAML field names are camelCase, as in OpenShift's objects. Datapath ids are strings of
+//! `0x` + 16 hex digits in every format (a 64-bit number does not survive JSON readers that use
+//! doubles, and this is a form `--dpid` and the datapath-id annotation accept). Cookies are
+//! strings in `ovs-ofctl`'s own form, `0x` + minimal hex (`0x0`, `0x1f`), so they can be
+//! matched against `dump-flows` lines.
+
+use proto::admin;
+use serde::Serialize;
+
+/// How `flowmeshctl` prints objects (`-o`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns with upper-case headers (the default).
+    #[default]
+    Table,
+    /// The table with extra columns.
+    Wide,
+    /// A JSON array (pretty-printed).
+    Json,
+    /// A YAML sequence.
+    Yaml,
+}
+
+/// Why output could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// JSON serialization failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// YAML serialization failed.
+    #[error("YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// `0x` and 16 hex digits (datapath ids).
+pub fn hex64(v: u64) -> String {
+    format!("0x{v:016x}")
+}
+
+/// `0x` and minimal hex, as `ovs-ofctl` prints cookies.
+pub fn cookie(v: u64) -> String {
+    format!("0x{v:x}")
+}
+
+/// An object that prints as a table row.
+pub trait Tabular {
+    /// Column headers (upper case).
+    fn headers(wide: bool) -> Vec<&'static str>;
+    /// The row's cells, one per header.
+    fn row(&self, wide: bool) -> Vec<String>;
+}
+
+/// A pod as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodView {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Node.
+    pub node: String,
+    /// IPv4 address.
+    pub ip: String,
+    /// MAC address.
+    pub mac: String,
+    /// OpenFlow port.
+    pub ofport: u32,
+    /// NETID of the pod's namespace.
+    pub netid: u32,
+    /// OVS port name.
+    pub port_name: String,
+}
+
+impl From<&admin::Pod> for PodView {
+    fn from(p: &admin::Pod) -> Self {
+        PodView {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            node: p.node.clone(),
+            ip: p.ip.clone(),
+            mac: p.mac.clone(),
+            ofport: p.ofport,
+            netid: p.netid,
+            port_name: p.port_name.clone(),
+        }
+    }
+}
+
+impl Tabular for PodView {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["NAMESPACE", "NAME", "NODE", "IP", "MAC", "OFPORT", "NETID"];
+        if wide {
+            h.push("PORT");
+        }
+        h
+    }
+    fn row(&self, wide: bool) -> Vec<String> {
+        let mut r = vec![
+            self.namespace.clone(),
+            self.name.clone(),
+            self.node.clone(),
+            self.ip.clone(),
+            self.mac.clone(),
+            self.ofport.to_string(),
+            self.netid.to_string(),
+        ];
+        if wide {
+            r.push(self.port_name.clone());
+        }
+        r
+    }
+}
+
+/// A HostSubnet as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSubnetView {
+    /// Node name.
+    pub node: String,
+    /// Node underlay IPv4.
+    #[serde(rename = "nodeIP")]
+    pub node_ip: String,
+    /// Subnet CIDR.
+    pub subnet: String,
+    /// Datapath id, `0x%016x`.
+    pub dpid: String,
+    /// Gateway (tun0) address.
+    pub gateway: String,
+}
+
+impl From<&admin::HostSubnet> for HostSubnetView {
+    fn from(h: &admin::HostSubnet) -> Self {
+        HostSubnetView {
+            node: h.node.clone(),
+            node_ip: h.node_ip.clone(),
+            subnet: h.subnet.clone(),
+            dpid: hex64(h.dpid),
+            gateway: h.gateway.clone(),
+        }
+    }
+}
+
+impl Tabular for HostSubnetView {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["NODE", "NODE IP", "SUBNET", "DPID"];
+        if wide {
+            h.push("GATEWAY");
+        }
+        h
+    }
+    fn row(&self, wide: bool) -> Vec<String> {
+        let mut r = vec![
+            self.node.clone(),
+            self.node_ip.clone(),
+            self.subnet.clone(),
+            self.dpid.clone(),
+        ];
+        if wide {
+            r.push(self.gateway.clone());
+        }
+        r
+    }
+}
+
+/// A NetNamespace as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetNamespaceView {
+    /// Namespace name.
+    pub name: String,
+    /// NETID (0 = global).
+    pub netid: u32,
+}
+
+impl From<&admin::NetNamespace> for NetNamespaceView {
+    fn from(n: &admin::NetNamespace) -> Self {
+        NetNamespaceView {
+            name: n.name.clone(),
+            netid: n.netid,
+        }
+    }
+}
+
+impl Tabular for NetNamespaceView {
+    fn headers(_wide: bool) -> Vec<&'static str> {
+        vec!["NAME", "NETID"]
+    }
+    fn row(&self, _wide: bool) -> Vec<String> {
+        vec![self.name.clone(), self.netid.to_string()]
+    }
+}
+
+/// A switch as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchView {
+    /// Node name (empty for an unknown datapath).
+    pub node: String,
+    /// Datapath id, `0x%016x`.
+    pub dpid: String,
+    /// OpenFlow session up.
+    pub connected: bool,
+    /// Installed flows equal the desired ones.
+    pub synced: bool,
+    /// Installed flows.
+    pub flows: u64,
+    /// Desired flows.
+    pub desired_flows: u64,
+    /// Errors the switch reported.
+    pub errors: u64,
+    /// Remote address of the OpenFlow session.
+    pub peer: String,
+    /// The last error, if any.
+    pub last_error: String,
+    /// No registered node claims this datapath.
+    pub unknown: bool,
+}
+
+impl From<&admin::Switch> for SwitchView {
+    fn from(s: &admin::Switch) -> Self {
+        SwitchView {
+            node: s.node.clone(),
+            dpid: hex64(s.dpid),
+            connected: s.connected,
+            synced: s.synced,
+            flows: s.flows,
+            desired_flows: s.desired_flows,
+            errors: s.errors,
+            peer: s.peer.clone(),
+            last_error: s.last_error.clone(),
+            unknown: s.unknown,
+        }
+    }
+}
+
+impl Tabular for SwitchView {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["NODE", "DPID", "CONNECTED", "SYNCED", "FLOWS", "ERRORS"];
+        if wide {
+            h.extend(["DESIRED", "PEER", "LAST ERROR"]);
+        }
+        h
+    }
+    fn row(&self, wide: bool) -> Vec<String> {
+        let node = if self.unknown || self.node.is_empty() {
+            "<unknown>".to_string()
+        } else {
+            self.node.clone()
+        };
+        let mut r = vec![
+            node,
+            self.dpid.clone(),
+            self.connected.to_string(),
+            self.synced.to_string(),
+            self.flows.to_string(),
+            self.errors.to_string(),
+        ];
+        if wide {
+            r.extend([
+                self.desired_flows.to_string(),
+                self.peer.clone(),
+                self.last_error.clone(),
+            ]);
+        }
+        r
+    }
+}
+
+/// One cluster network range as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetworkEntryView {
+    /// CIDR.
+    pub cidr: String,
+    /// Node subnet prefix length.
+    pub host_prefix: u32,
+}
+
+/// The cluster network config as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetworkView {
+    /// Ranges.
+    pub cluster_networks: Vec<ClusterNetworkEntryView>,
+    /// Service CIDR.
+    pub service_network: String,
+    /// Plugin mode.
+    pub mode: String,
+    /// VXLAN UDP port.
+    pub vxlan_port: u32,
+    /// Overlay MTU.
+    pub mtu: u32,
+}
+
+impl From<&admin::ClusterNetwork> for ClusterNetworkView {
+    fn from(c: &admin::ClusterNetwork) -> Self {
+        ClusterNetworkView {
+            cluster_networks: c
+                .cluster_networks
+                .iter()
+                .map(|e| ClusterNetworkEntryView {
+                    cidr: e.cidr.clone(),
+                    host_prefix: e.host_prefix,
+                })
+                .collect(),
+            service_network: c.service_network.clone(),
+            mode: c.mode.clone(),
+            vxlan_port: c.vxlan_port,
+            mtu: c.mtu,
+        }
+    }
+}
+
+impl Tabular for ClusterNetworkView {
+    fn headers(_wide: bool) -> Vec<&'static str> {
+        vec![
+            "CLUSTER NETWORK",
+            "HOST PREFIX",
+            "SERVICE NETWORK",
+            "MODE",
+            "VXLAN PORT",
+            "MTU",
+        ]
+    }
+    fn row(&self, _wide: bool) -> Vec<String> {
+        let join = |f: &dyn Fn(&ClusterNetworkEntryView) -> String| {
+            self.cluster_networks
+                .iter()
+                .map(f)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        vec![
+            join(&|e| e.cidr.clone()),
+            join(&|e| format!("/{}", e.host_prefix)),
+            self.service_network.clone(),
+            self.mode.clone(),
+            self.vxlan_port.to_string(),
+            self.mtu.to_string(),
+        ]
+    }
+}
+
+/// An event as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    /// RFC 3339 UTC time with milliseconds.
+    pub time: String,
+    /// Milliseconds since the Unix epoch.
+    pub time_unix_ms: i64,
+    /// Event kind.
+    pub kind: String,
+    /// The object concerned.
+    pub object: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl From<&admin::Event> for EventView {
+    fn from(e: &admin::Event) -> Self {
+        EventView {
+            time: rfc3339_ms(e.time_unix_ms),
+            time_unix_ms: e.time_unix_ms,
+            kind: e.kind.clone(),
+            object: e.object.clone(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+/// One trace step as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceStepView {
+    /// Node whose switch the step ran on.
+    pub node: String,
+    /// Table id.
+    pub table: u32,
+    /// Priority of the matched flow.
+    pub priority: u32,
+    /// Cookie of the matched flow, `0x%x`.
+    pub cookie: String,
+    /// The matched flow (ovs-ofctl syntax); empty when none matched.
+    pub flow: String,
+    /// Simulator note.
+    pub note: String,
+    /// This step decided the verdict.
+    pub deciding: bool,
+}
+
+/// A trace result as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceView {
+    /// What happened to the packet.
+    pub verdict: String,
+    /// Whether it was delivered.
+    pub allowed: bool,
+    /// Index of the deciding step.
+    pub decided_by: u32,
+    /// The steps, in order.
+    pub steps: Vec<TraceStepView>,
+}
+
+impl From<&admin::TraceReply> for TraceView {
+    fn from(t: &admin::TraceReply) -> Self {
+        TraceView {
+            verdict: t.verdict.clone(),
+            allowed: t.allowed,
+            decided_by: t.decided_by,
+            steps: t
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| TraceStepView {
+                    node: s.node.clone(),
+                    table: s.table,
+                    priority: s.priority,
+                    cookie: cookie(s.cookie),
+                    flow: s.flow.clone(),
+                    note: s.note.clone(),
+                    deciding: usize::try_from(t.decided_by).ok() == Some(i),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Aligned columns, three spaces apart, like `oc get`; empty cells print as `<none>`.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let cell = |s: &str| -> String {
+        if s.is_empty() {
+            "<none>".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| cell(c)).collect())
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, c) in cells.enumerate() {
+            if i > 0 {
+                l.push_str("   ");
+            }
+            l.push_str(c);
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(c.chars().count());
+            l.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for r in &rows {
+        line(&mut r.iter().map(String::as_str));
+    }
+    out
+}
+
+/// Render a list in the chosen format. An empty list in table form renders as nothing (the
+/// caller says "No resources found." on stderr, like `oc`).
+pub fn render_list<T: Serialize + Tabular>(
+    items: &[T],
+    format: OutputFormat,
+) -> Result<String, OutputError> {
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => {
+            if items.is_empty() {
+                return Ok(String::new());
+            }
+            let wide = format == OutputFormat::Wide;
+            let rows: Vec<Vec<String>> = items.iter().map(|i| i.row(wide)).collect();
+            Ok(table(&T::headers(wide), &rows))
+        }
+        OutputFormat::Json => Ok(format!("{}\n", serde_json::to_string_pretty(items)?)),
+        OutputFormat::Yaml => Ok(serde_yaml::to_string(items)?),
+    }
+}
+
+/// Render one object: a one-row table, or a JSON/YAML object (not an array).
+pub fn render_one<T: Serialize + Tabular>(
+    item: &T,
+    format: OutputFormat,
+) -> Result<String, OutputError> {
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => render_list(std::slice::from_ref(item), format),
+        OutputFormat::Json => Ok(format!("{}\n", serde_json::to_string_pretty(item)?)),
+        OutputFormat::Yaml => Ok(serde_yaml::to_string(item)?),
+    }
+}
+
+/// A trace: the verdict first, then one line per step (the deciding one marked `=>`).
+pub fn render_trace(trace: &TraceView, format: OutputFormat) -> Result<String, OutputError> {
+    match format {
+        OutputFormat::Json => return Ok(format!("{}\n", serde_json::to_string_pretty(trace)?)),
+        OutputFormat::Yaml => return Ok(serde_yaml::to_string(trace)?),
+        OutputFormat::Table | OutputFormat::Wide => {}
+    }
+    let mut out = format!(
+        "verdict: {}: {}\n",
+        if trace.allowed { "ALLOWED" } else { "BLOCKED" },
+        trace.verdict
+    );
+    if trace.steps.is_empty() {
+        out.push_str("(no steps)\n");
+        return Ok(out);
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = trace
+        .steps
+        .iter()
+        .map(|s| {
+            let flow = match (s.flow.is_empty(), s.note.is_empty()) {
+                (true, true) => "(no flow matched)".to_string(),
+                (true, false) => format!("(no flow matched: {})", s.note),
+                (false, true) => s.flow.clone(),
+                (false, false) => format!("{}   # {}", s.flow, s.note),
+            };
+            vec![
+                if s.deciding { "=>" } else { "  " }.to_string(),
+                s.node.clone(),
+                s.table.to_string(),
+                s.priority.to_string(),
+                s.cookie.clone(),
+                flow,
+            ]
+        })
+        .collect();
+    let body = table(
+        &["  ", "NODE", "TABLE", "PRIORITY", "COOKIE", "FLOW"],
+        &rows,
+    );
+    out.push_str(&body);
+    if let Some(s) = trace.steps.iter().find(|s| s.deciding) {
+        out.push_str(&format!(
+            "\ndecided by table {} on {} (priority {}, cookie {})\n",
+            s.table, s.node, s.priority, s.cookie
+        ));
+    }
+    Ok(out)
+}
+
+/// One event as one line: `TIME  KIND  OBJECT  MESSAGE` (table), or one JSON/YAML document.
+pub fn render_event(event: &EventView, format: OutputFormat) -> Result<String, OutputError> {
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => Ok(format!(
+            "{}  {}  {}  {}\n",
+            event.time, event.kind, event.object, event.message
+        )),
+        OutputFormat::Json => Ok(format!("{}\n", serde_json::to_string(event)?)),
+        OutputFormat::Yaml => Ok(format!("---\n{}", serde_yaml::to_string(event)?)),
+    }
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 UTC, e.g. `2024-05-01T12:00:00.250Z`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (h, m, s, milli) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    let (y, mo, d) = civil_from_days(days);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    // Shift to a calendar starting on 0000-03-01 so leap days fall at the end of a year;
+    // 146097 days make a 400-year era.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str, ip: &str) -> admin::Pod {
+        admin::Pod {
+            namespace: ns.into(),
+            name: name.into(),
+            node: "node-1".into(),
+            ip: ip.into(),
+            mac: "0a:58:0a:80:00:05".into(),
+            ofport: 5,
+            netid: 42,
+            port_name: "veth5".into(),
+        }
+    }
+
+    #[test]
+    fn table_aligns_and_marks_empty_cells() {
+        let t = table(
+            &["NAME", "NETID"],
+            &[
+                vec!["a".into(), "1".into()],
+                vec!["longer-name".into(), "".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "NAME          NETID\na             1\nlonger-name   <none>\n"
+        );
+    }
+
+    #[test]
+    fn pods_table_and_wide() {
+        let v: Vec<PodView> = [pod("ns1", "web", "10.128.0.5")]
+            .iter()
+            .map(PodView::from)
+            .collect();
+        let t = render_list(&v, OutputFormat::Table).expect("renders");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines,
+            vec![
+                "NAMESPACE   NAME   NODE     IP           MAC                 OFPORT   NETID",
+                "ns1         web    node-1   10.128.0.5   0a:58:0a:80:00:05   5        42",
+            ]
+        );
+        let w = render_list(&v, OutputFormat::Wide).expect("renders");
+        assert!(w
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with("NETID   PORT")));
+        assert!(w.contains("veth5"));
+    }
+
+    #[test]
+    fn pods_json_keys() {
+        let v: Vec<PodView> = [pod("ns1", "web", "10.128.0.5")]
+            .iter()
+            .map(PodView::from)
+            .collect();
+        let j: serde_json::Value =
+            serde_json::from_str(&render_list(&v, OutputFormat::Json).expect("renders"))
+                .expect("valid JSON");
+        assert_eq!(
+            j,
+            serde_json::json!([{
+                "namespace": "ns1", "name": "web", "node": "node-1", "ip": "10.128.0.5",
+                "mac": "0a:58:0a:80:00:05", "ofport": 5, "netid": 42, "portName": "veth5"
+            }])
+        );
+    }
+
+    #[test]
+    fn hostsubnet_json_and_table_dpid() {
+        let h = admin::HostSubnet {
+            node: "n1".into(),
+            node_ip: "192.168.1.1".into(),
+            subnet: "10.128.0.0/23".into(),
+            dpid: 0xa1,
+            gateway: "10.128.0.1".into(),
+        };
+        let v = vec![HostSubnetView::from(&h)];
+        let j: serde_json::Value =
+            serde_json::from_str(&render_list(&v, OutputFormat::Json).expect("renders"))
+                .expect("valid JSON");
+        assert_eq!(j[0]["nodeIP"], "192.168.1.1");
+        assert_eq!(j[0]["dpid"], "0x00000000000000a1");
+        assert_eq!(j[0]["subnet"], "10.128.0.0/23");
+        let t = render_list(&v, OutputFormat::Table).expect("renders");
+        assert!(t.contains("0x00000000000000a1"), "{t}");
+        assert!(t.starts_with("NODE   NODE IP"), "{t}");
+    }
+
+    #[test]
+    fn yaml_is_a_sequence_of_mappings() {
+        let v = vec![NetNamespaceView {
+            name: "a".into(),
+            netid: 0,
+        }];
+        let y = render_list(&v, OutputFormat::Yaml).expect("renders");
+        assert_eq!(y, "- name: a\n  netid: 0\n");
+    }
+
+    #[test]
+    fn empty_lists() {
+        let v: Vec<NetNamespaceView> = vec![];
+        assert_eq!(render_list(&v, OutputFormat::Table).expect("renders"), "");
+        assert_eq!(
+            render_list(&v, OutputFormat::Json).expect("renders"),
+            "[]\n"
+        );
+    }
+
+    #[test]
+    fn switch_unknown_row() {
+        let s = admin::Switch {
+            dpid: 7,
+            connected: true,
+            unknown: true,
+            ..Default::default()
+        };
+        let row = SwitchView::from(&s).row(false);
+        assert_eq!(row[0], "<unknown>");
+        assert_eq!(row[1], "0x0000000000000007");
+    }
+
+    #[test]
+    fn trace_marks_the_deciding_step() {
+        let reply = admin::TraceReply {
+            verdict: "dropped".into(),
+            allowed: false,
+            decided_by: 1,
+            steps: vec![
+                admin::TraceStep {
+                    node: "node-1".into(),
+                    table: 0,
+                    priority: 100,
+                    cookie: 0,
+                    flow: "priority=100,ip actions=goto_table:20".into(),
+                    note: String::new(),
+                },
+                admin::TraceStep {
+                    node: "node-1".into(),
+                    table: 80,
+                    priority: 0,
+                    cookie: 0x1f,
+                    flow: "priority=0 actions=drop".into(),
+                    note: "netid mismatch".into(),
+                },
+            ],
+        };
+        let t = render_trace(&TraceView::from(&reply), OutputFormat::Table).expect("renders");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "verdict: BLOCKED: dropped");
+        assert!(lines[2].contains("NODE") && lines[2].contains("COOKIE"));
+        assert!(lines[3].starts_with("   ") && lines[3].contains("goto_table:20"));
+        assert!(lines[4].starts_with("=>"), "{t}");
+        assert!(lines[4].contains(" 0x1f "));
+        assert!(lines[3].contains(" 0x0 "));
+        assert!(lines[4].ends_with("priority=0 actions=drop   # netid mismatch"));
+        assert!(t.contains("decided by table 80 on node-1"));
+        let j: serde_json::Value = serde_json::from_str(
+            &render_trace(&TraceView::from(&reply), OutputFormat::Json).expect("renders"),
+        )
+        .expect("valid JSON");
+        assert_eq!(j["steps"][1]["deciding"], true);
+        assert_eq!(j["decidedBy"], 1);
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_250), "2000-02-29T00:00:00.250Z");
+        assert_eq!(rfc3339_ms(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+        assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn event_lines() {
+        let e = EventView::from(&admin::Event {
+            time_unix_ms: 0,
+            kind: "PodAttached".into(),
+            object: "pod/ns1/web".into(),
+            message: "10.128.0.5 on node-1".into(),
+        });
+        assert_eq!(
+            render_event(&e, OutputFormat::Table).expect("renders"),
+            "1970-01-01T00:00:00.000Z  PodAttached  pod/ns1/web  10.128.0.5 on node-1\n"
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&render_event(&e, OutputFormat::Json).expect("renders"))
+                .expect("valid JSON");
+        assert_eq!(j["kind"], "PodAttached");
+        assert_eq!(j["timeUnixMs"], 0);
+    }
+}

@@ -1,0 +1,1233 @@
+//! Multi-document YAML manifests (Kubernetes style) parsed into typed objects.
+//!
+//! `flowmeshctl apply -f FILE` sends the file's text; the controller parses it with [`parse`] and
+//! applies every object in one transaction. This module is pure: it checks shapes, required
+//! fields and types, and leaves semantic checks (CIDR overlap, NETID ranges, whether a node
+//! exists) to the server. Errors name the document (1-based, counting every `---`-separated
+//! document, empty ones included), the kind and name of the object, and what is wrong.
+//!
+//! Accepted kinds:
+//! * `v1 Namespace`, `network.openshift.io/v1 NetNamespace` → [`ManifestObject::Namespace`]
+//! * `v1 Node`, `network.openshift.io/v1 HostSubnet` → [`ManifestObject::Node`]
+//! * `v1 Pod` → [`ManifestObject::Pod`]
+//! * `network.openshift.io/v1 ClusterNetwork` → [`ManifestObject::ClusterNetwork`]
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use serde::Deserialize;
+use serde_yaml::{Mapping, Value};
+
+/// Annotation carrying a node's datapath id (decimal or `0x` hex).
+pub const DATAPATH_ID_ANNOTATION: &str = "flowmesh.io/datapath-id";
+/// Annotation carrying a pod's OVS port name.
+pub const OVS_PORT_ANNOTATION: &str = "flowmesh.io/ovs-port";
+/// Annotation carrying a pod's OpenFlow port number (optional).
+pub const OFPORT_ANNOTATION: &str = "flowmesh.io/ofport";
+
+const API_V1: &str = "v1";
+const API_OPENSHIFT_NETWORK: &str = "network.openshift.io/v1";
+
+/// One object of a manifest, ready for the server to apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManifestObject {
+    /// Create a namespace (from `Namespace` or `NetNamespace`).
+    Namespace(NamespaceSpec),
+    /// Add a node (from `Node` or `HostSubnet`).
+    Node(NodeSpec),
+    /// Attach a pod.
+    Pod(PodSpec),
+    /// Set the cluster network config.
+    ClusterNetwork(ClusterNetworkSpec),
+}
+
+impl ManifestObject {
+    /// `kind/name` as `flowmeshctl` prints it, e.g. `namespace/foo`, `pod/ns1/web`.
+    pub fn describe(&self) -> String {
+        match self {
+            ManifestObject::Namespace(n) => format!("namespace/{}", n.name),
+            ManifestObject::Node(n) => format!("node/{}", n.name),
+            ManifestObject::Pod(p) => format!("pod/{}/{}", p.namespace, p.name),
+            ManifestObject::ClusterNetwork(c) => format!("clusternetwork/{}", c.name),
+        }
+    }
+}
+
+/// A namespace to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceSpec {
+    /// Namespace name.
+    pub name: String,
+    /// Requested NETID (NetNamespace `netid`); the server validates it. `None`: allocate.
+    pub netid: Option<u32>,
+}
+
+/// A node to add.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Node name.
+    pub name: String,
+    /// Underlay IPv4 address (Node InternalIP, HostSubnet `hostIP`).
+    pub node_ip: Ipv4Addr,
+    /// Datapath id of the node's bridge (annotation `flowmesh.io/datapath-id`).
+    pub dpid: u64,
+    /// HostSubnet `subnet` if given; the server allocates and may validate it.
+    pub subnet: Option<String>,
+}
+
+/// A pod to attach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Node the pod runs on (`spec.nodeName`).
+    pub node: String,
+    /// Host-side OVS port name (annotation `flowmesh.io/ovs-port`).
+    pub port_name: String,
+    /// OpenFlow port (annotation `flowmesh.io/ofport`); `None`: the server looks it up.
+    pub ofport: Option<u32>,
+}
+
+/// The network plugin mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// `redhat/openshift-ovs-subnet`: one flat network.
+    Subnet,
+    /// `redhat/openshift-ovs-multitenant`: namespaces isolated by NETID.
+    Multitenant,
+    /// `redhat/openshift-ovs-networkpolicy`: NetworkPolicy objects decide.
+    NetworkPolicy,
+}
+
+impl NetworkMode {
+    /// The short name used by the admin API (`subnet`, `multitenant`, `networkpolicy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Subnet => "subnet",
+            NetworkMode::Multitenant => "multitenant",
+            NetworkMode::NetworkPolicy => "networkpolicy",
+        }
+    }
+
+    /// Parse a short name or an OpenShift plugin name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "subnet" | "redhat/openshift-ovs-subnet" => Some(NetworkMode::Subnet),
+            "multitenant" | "redhat/openshift-ovs-multitenant" => Some(NetworkMode::Multitenant),
+            "networkpolicy" | "redhat/openshift-ovs-networkpolicy" => {
+                Some(NetworkMode::NetworkPolicy)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One cluster network range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNetworkRange {
+    /// IPv4 CIDR, unchecked (the server validates it).
+    pub cidr: String,
+    /// Prefix length of each node's subnet (`hostPrefix`, or 32 − `hostSubnetLength`).
+    pub host_prefix: u32,
+}
+
+/// The cluster network config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNetworkSpec {
+    /// `metadata.name` (OpenShift uses `default`).
+    pub name: String,
+    /// Ranges, in order.
+    pub cluster_networks: Vec<ClusterNetworkRange>,
+    /// Service CIDR, if given.
+    pub service_network: Option<String>,
+    /// Plugin mode, if given (`pluginName` or `mode`).
+    pub mode: Option<NetworkMode>,
+    /// VXLAN UDP port, if given.
+    pub vxlan_port: Option<u16>,
+    /// Overlay MTU, if given.
+    pub mtu: Option<u32>,
+}
+
+/// A parsed object with the (1-based) index of the document it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Document {
+    /// 1-based document index in the file.
+    pub index: usize,
+    /// The object.
+    pub object: ManifestObject,
+}
+
+/// What is wrong with a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The YAML itself does not parse.
+    Yaml(String),
+    /// The document is not a mapping.
+    NotAnObject,
+    /// `apiVersion` or `kind` is missing.
+    MissingTypeInfo(&'static str),
+    /// The apiVersion/kind pair is not one flowmesh applies.
+    UnknownKind {
+        /// The document's `apiVersion`.
+        api_version: String,
+        /// The document's `kind`.
+        kind: String,
+    },
+    /// A required field is missing.
+    Missing {
+        /// Field path, e.g. `spec.nodeName`.
+        field: String,
+        /// What it is / how to fill it.
+        hint: &'static str,
+    },
+    /// A field has the wrong YAML type.
+    WrongType {
+        /// Field path.
+        field: String,
+        /// The expected type.
+        expected: &'static str,
+    },
+    /// A field's value is not acceptable.
+    Invalid {
+        /// Field path.
+        field: String,
+        /// The value as written.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Yaml(detail) => write!(f, "invalid YAML: {detail}"),
+            Problem::NotAnObject => write!(f, "not an object (expected a mapping with apiVersion and kind)"),
+            Problem::MissingTypeInfo(field) => write!(f, "{field} is missing"),
+            Problem::UnknownKind { api_version, kind } => write!(
+                f,
+                "unsupported kind {kind:?} (apiVersion {api_version:?}); flowmesh applies v1 Namespace, Node and Pod, and network.openshift.io/v1 NetNamespace, HostSubnet and ClusterNetwork"
+            ),
+            Problem::Missing { field, hint } => write!(f, "{field} is required ({hint})"),
+            Problem::WrongType { field, expected } => write!(f, "{field} must be {expected}"),
+            Problem::Invalid { field, value, reason } => {
+                write!(f, "{field}: invalid value {value:?}: {reason}")
+            }
+        }
+    }
+}
+
+/// A manifest error: which document, which object, what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ManifestError {
+    /// 1-based document index.
+    pub index: usize,
+    /// The document's kind, when known.
+    pub kind: Option<String>,
+    /// The object's name (`ns/name` for pods), when known.
+    pub name: Option<String>,
+    /// What is wrong (boxed to keep `Result`s small).
+    pub problem: Box<Problem>,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "document {}", self.index)?;
+        match (&self.kind, &self.name) {
+            (Some(k), Some(n)) => write!(f, " ({k} {n:?})")?,
+            (Some(k), None) => write!(f, " ({k})")?,
+            (None, Some(n)) => write!(f, " ({n:?})")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+/// Parse a dpid written in decimal or as `0x` hex (e.g. `42`, `0x2a`, `0x000000000000002a`).
+pub fn parse_dpid(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.len() <= 16 => u64::from_str_radix(hex, 16).ok(),
+        Some(_) => None,
+        None => t.parse::<u64>().ok(),
+    };
+    parsed.ok_or_else(|| {
+        format!("{text:?} is not a datapath id (write it in decimal or as 0x hex, at most 64 bits, e.g. 0x1a2b)")
+    })
+}
+
+/// Parse a multi-document manifest into objects, in document order. Empty documents are skipped.
+pub fn parse(text: &str) -> Result<Vec<ManifestObject>, ManifestError> {
+    Ok(parse_documents(text)?
+        .into_iter()
+        .map(|d| d.object)
+        .collect())
+}
+
+/// Like [`parse`], keeping each object's document index (for the server's own messages).
+pub fn parse_documents(text: &str) -> Result<Vec<Document>, ManifestError> {
+    let mut out = Vec::new();
+    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let index = i + 1;
+        let value = Value::deserialize(de).map_err(|e| ManifestError {
+            index,
+            kind: None,
+            name: None,
+            problem: Box::new(Problem::Yaml(e.to_string())),
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let object = parse_document(index, &value)?;
+        out.push(Document { index, object });
+    }
+    Ok(out)
+}
+
+/// Parse one non-empty document.
+fn parse_document(index: usize, value: &Value) -> Result<ManifestObject, ManifestError> {
+    let Some(map) = value.as_mapping() else {
+        return Err(ManifestError {
+            index,
+            kind: None,
+            name: None,
+            problem: Box::new(Problem::NotAnObject),
+        });
+    };
+    let doc = Doc {
+        index,
+        kind: None,
+        name: None,
+        root: map,
+    };
+    let api_version = doc
+        .opt_str("apiVersion")?
+        .ok_or_else(|| doc.err(Problem::MissingTypeInfo("apiVersion")))?;
+    let kind = doc
+        .opt_str("kind")?
+        .ok_or_else(|| doc.err(Problem::MissingTypeInfo("kind")))?;
+    let name = doc.opt_str("metadata.name")?;
+    let doc = Doc {
+        kind: Some(&kind),
+        name: name.as_deref(),
+        ..doc
+    };
+    match (api_version.as_str(), kind.as_str()) {
+        (API_V1, "Namespace") => parse_namespace(&doc),
+        (API_OPENSHIFT_NETWORK, "NetNamespace") => parse_netnamespace(&doc),
+        (API_V1, "Node") => parse_node(&doc),
+        (API_OPENSHIFT_NETWORK, "HostSubnet") => parse_hostsubnet(&doc),
+        (API_V1, "Pod") => parse_pod(&doc),
+        (API_OPENSHIFT_NETWORK, "ClusterNetwork") => parse_cluster_network(&doc),
+        _ => Err(doc.err(Problem::UnknownKind {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+        })),
+    }
+}
+
+fn parse_namespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let name = doc.req_str("metadata.name", "the namespace name")?;
+    doc.check_name("metadata.name", &name)?;
+    Ok(ManifestObject::Namespace(NamespaceSpec {
+        name,
+        netid: None,
+    }))
+}
+
+fn parse_netnamespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let meta = doc.opt_str("metadata.name")?;
+    let netname = doc.opt_str("netname")?;
+    let name = match (meta, netname) {
+        (Some(m), Some(n)) if m != n => {
+            return Err(doc.err(Problem::Invalid {
+                field: "netname".into(),
+                value: n,
+                reason: format!("must equal metadata.name {m:?}"),
+            }))
+        }
+        (_, Some(n)) => n,
+        (Some(m), None) => m,
+        (None, None) => {
+            return Err(doc.err(Problem::Missing {
+                field: "netname".into(),
+                hint: "the namespace name",
+            }))
+        }
+    };
+    doc.check_name("netname", &name)?;
+    let netid = match doc.opt_u64("netid")? {
+        None => None,
+        Some(v) => Some(u32::try_from(v).map_err(|_| {
+            doc.err(Problem::Invalid {
+                field: "netid".into(),
+                value: v.to_string(),
+                reason: "a NETID is at most 24 bits".into(),
+            })
+        })?),
+    };
+    Ok(ManifestObject::Namespace(NamespaceSpec { name, netid }))
+}
+
+fn parse_node(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let name = doc.req_str("metadata.name", "the node name")?;
+    doc.check_name("metadata.name", &name)?;
+    let addresses = doc.get("status.addresses");
+    let list = match addresses {
+        None | Some(Value::Null) => &Vec::new(),
+        Some(Value::Sequence(s)) => s,
+        Some(_) => {
+            return Err(doc.err(Problem::WrongType {
+                field: "status.addresses".into(),
+                expected: "a list of {type, address}",
+            }))
+        }
+    };
+    let internal = list.iter().find_map(|a| {
+        let m = a.as_mapping()?;
+        (m.get("type")?.as_str()? == "InternalIP").then(|| m.get("address"))
+    });
+    let ip_text = match internal {
+        Some(Some(Value::String(s))) => s.clone(),
+        Some(_) => {
+            return Err(doc.err(Problem::WrongType {
+                field: "status.addresses[type=InternalIP].address".into(),
+                expected: "an IPv4 address string",
+            }))
+        }
+        None => {
+            return Err(doc.err(Problem::Missing {
+                field: "status.addresses[type=InternalIP]".into(),
+                hint: "the node's underlay IPv4 address, as {type: InternalIP, address: A.B.C.D}",
+            }))
+        }
+    };
+    let node_ip = doc.ipv4("status.addresses[type=InternalIP].address", &ip_text)?;
+    let dpid = doc.dpid_annotation()?;
+    Ok(ManifestObject::Node(NodeSpec {
+        name,
+        node_ip,
+        dpid,
+        subnet: None,
+    }))
+}
+
+fn parse_hostsubnet(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let meta = doc.opt_str("metadata.name")?;
+    let host = doc.opt_str("host")?;
+    let name = match (meta, host) {
+        (Some(m), Some(h)) if m != h => {
+            return Err(doc.err(Problem::Invalid {
+                field: "host".into(),
+                value: h,
+                reason: format!("must equal metadata.name {m:?}"),
+            }))
+        }
+        (_, Some(h)) => h,
+        (Some(m), None) => m,
+        (None, None) => {
+            return Err(doc.err(Problem::Missing {
+                field: "host".into(),
+                hint: "the node name",
+            }))
+        }
+    };
+    doc.check_name("host", &name)?;
+    let ip_text = doc.req_str("hostIP", "the node's underlay IPv4 address")?;
+    let node_ip = doc.ipv4("hostIP", &ip_text)?;
+    let subnet = doc.opt_str("subnet")?;
+    let dpid = doc.dpid_annotation()?;
+    Ok(ManifestObject::Node(NodeSpec {
+        name,
+        node_ip,
+        dpid,
+        subnet,
+    }))
+}
+
+fn parse_pod(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let namespace = doc.req_str("metadata.namespace", "the pod's namespace")?;
+    doc.check_name("metadata.namespace", &namespace)?;
+    let name = doc.req_str("metadata.name", "the pod name")?;
+    doc.check_name("metadata.name", &name)?;
+    let full_name = format!("{namespace}/{name}");
+    let doc = Doc {
+        name: Some(&full_name),
+        ..*doc
+    };
+    let node = doc.req_str("spec.nodeName", "the node the pod runs on")?;
+    let port_name = match doc.annotation(OVS_PORT_ANNOTATION)? {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            return Err(doc.err(Problem::Missing {
+                field: format!("metadata.annotations[{OVS_PORT_ANNOTATION}]"),
+                hint: "the pod's OVS port name on the node's bridge, e.g. veth1234",
+            }))
+        }
+    };
+    let field = format!("metadata.annotations[{OFPORT_ANNOTATION}]");
+    let ofport = match doc.annotation(OFPORT_ANNOTATION)? {
+        None => None,
+        Some(t) => match t.trim().parse::<u32>() {
+            Ok(n) if (1..=0xffff_ff00).contains(&n) => Some(n),
+            _ => {
+                return Err(doc.err(Problem::Invalid {
+                    field,
+                    value: t,
+                    reason: "an OpenFlow port is a number from 1 to 4294967040".into(),
+                }))
+            }
+        },
+    };
+    Ok(ManifestObject::Pod(PodSpec {
+        namespace,
+        name,
+        node,
+        port_name,
+        ofport,
+    }))
+}
+
+fn parse_cluster_network(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
+    let name = doc
+        .opt_str("metadata.name")?
+        .unwrap_or_else(|| "default".to_string());
+    let mut cluster_networks = Vec::new();
+    match doc.get("clusterNetworks") {
+        None | Some(Value::Null) => {
+            // OpenShift 3.x legacy single-range fields.
+            if let Some(cidr) = doc.opt_str("network")? {
+                let host_prefix = doc.host_prefix(
+                    "hostsubnetlength",
+                    doc.opt_u64("hostsubnetlength")?,
+                    "hostPrefix",
+                    doc.opt_u64("hostPrefix")?,
+                )?;
+                cluster_networks.push(ClusterNetworkRange { cidr, host_prefix });
+            }
+        }
+        Some(Value::Sequence(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let base = format!("clusterNetworks[{i}]");
+                let Some(m) = item.as_mapping() else {
+                    return Err(doc.err(Problem::WrongType {
+                        field: base,
+                        expected: "a mapping with CIDR and hostSubnetLength (or hostPrefix)",
+                    }));
+                };
+                let sub = Doc { root: m, ..*doc };
+                let cidr = match (sub.opt_str("CIDR")?, sub.opt_str("cidr")?) {
+                    (Some(c), None) | (None, Some(c)) => c,
+                    (Some(a), Some(b)) if a == b => a,
+                    (Some(_), Some(b)) => {
+                        return Err(doc.err(Problem::Invalid {
+                            field: format!("{base}.cidr"),
+                            value: b,
+                            reason: "CIDR and cidr disagree; give one".into(),
+                        }))
+                    }
+                    (None, None) => {
+                        return Err(doc.err(Problem::Missing {
+                            field: format!("{base}.CIDR"),
+                            hint: "the range, e.g. 10.128.0.0/14",
+                        }))
+                    }
+                };
+                let host_prefix = doc.host_prefix(
+                    &format!("{base}.hostSubnetLength"),
+                    sub.opt_u64("hostSubnetLength")?,
+                    &format!("{base}.hostPrefix"),
+                    sub.opt_u64("hostPrefix")?,
+                )?;
+                cluster_networks.push(ClusterNetworkRange { cidr, host_prefix });
+            }
+        }
+        Some(_) => {
+            return Err(doc.err(Problem::WrongType {
+                field: "clusterNetworks".into(),
+                expected: "a list of {CIDR, hostSubnetLength}",
+            }))
+        }
+    }
+    if cluster_networks.is_empty() {
+        return Err(doc.err(Problem::Missing {
+            field: "clusterNetworks".into(),
+            hint: "at least one {CIDR, hostSubnetLength} range",
+        }));
+    }
+    let service_network = doc.opt_str("serviceNetwork")?;
+    let plugin = doc.opt_str("pluginName")?;
+    let mode_text = doc.opt_str("mode")?;
+    let parse_mode = |field: &str, text: String| {
+        NetworkMode::parse(&text).ok_or_else(|| {
+            doc.err(Problem::Invalid {
+                field: field.to_string(),
+                value: text,
+                reason: "expected redhat/openshift-ovs-subnet, redhat/openshift-ovs-multitenant or redhat/openshift-ovs-networkpolicy (or mode: subnet|multitenant|networkpolicy)".into(),
+            })
+        })
+    };
+    let mode = match (plugin, mode_text) {
+        (None, None) => None,
+        (Some(p), None) => Some(parse_mode("pluginName", p)?),
+        (None, Some(m)) => Some(parse_mode("mode", m)?),
+        (Some(p), Some(m)) => {
+            let a = parse_mode("pluginName", p)?;
+            let b = parse_mode("mode", m.clone())?;
+            if a != b {
+                return Err(doc.err(Problem::Invalid {
+                    field: "mode".into(),
+                    value: m,
+                    reason: format!("disagrees with pluginName ({}); give one", a.as_str()),
+                }));
+            }
+            Some(a)
+        }
+    };
+    let vxlan_port = match doc.opt_u64("vxlanPort")? {
+        None => None,
+        Some(p) => Some(u16::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
+            doc.err(Problem::Invalid {
+                field: "vxlanPort".into(),
+                value: p.to_string(),
+                reason: "a UDP port is 1 to 65535".into(),
+            })
+        })?),
+    };
+    let mtu = match doc.opt_u64("mtu")? {
+        None => None,
+        Some(m) => Some(u32::try_from(m).map_err(|_| {
+            doc.err(Problem::Invalid {
+                field: "mtu".into(),
+                value: m.to_string(),
+                reason: "too large".into(),
+            })
+        })?),
+    };
+    Ok(ManifestObject::ClusterNetwork(ClusterNetworkSpec {
+        name,
+        cluster_networks,
+        service_network,
+        mode,
+        vxlan_port,
+        mtu,
+    }))
+}
+
+/// One document being read, with what is known about it for error messages.
+#[derive(Clone, Copy)]
+struct Doc<'a> {
+    index: usize,
+    kind: Option<&'a str>,
+    name: Option<&'a str>,
+    root: &'a Mapping,
+}
+
+// `Doc` borrows kind/name; these constructors keep the call sites short.
+impl<'a> Doc<'a> {
+    fn err(&self, problem: Problem) -> ManifestError {
+        ManifestError {
+            index: self.index,
+            kind: self.kind.map(str::to_string),
+            name: self.name.map(str::to_string),
+            problem: Box::new(problem),
+        }
+    }
+
+    /// The value at a dotted path (keys only, no indexing).
+    fn get(&self, path: &str) -> Option<&'a Value> {
+        let mut parts = path.split('.');
+        let first = parts.next()?;
+        let mut cur = self.root.get(first)?;
+        for p in parts {
+            cur = cur.as_mapping()?.get(p)?;
+        }
+        Some(cur)
+    }
+
+    fn opt_str(&self, path: &str) -> Result<Option<String>, ManifestError> {
+        match self.get(path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.err(Problem::WrongType {
+                field: path.to_string(),
+                expected: "a string",
+            })),
+        }
+    }
+
+    fn req_str(&self, path: &str, hint: &'static str) -> Result<String, ManifestError> {
+        match self.opt_str(path)? {
+            Some(s) if !s.is_empty() => Ok(s),
+            _ => Err(self.err(Problem::Missing {
+                field: path.to_string(),
+                hint,
+            })),
+        }
+    }
+
+    fn opt_u64(&self, path: &str) -> Result<Option<u64>, ManifestError> {
+        match self.get(path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
+                self.err(Problem::Invalid {
+                    field: path.to_string(),
+                    value: n.to_string(),
+                    reason: "must be a non-negative integer".into(),
+                })
+            }),
+            Some(_) => Err(self.err(Problem::WrongType {
+                field: path.to_string(),
+                expected: "an integer",
+            })),
+        }
+    }
+
+    /// An annotation's value; numbers and booleans are accepted as their text.
+    fn annotation(&self, key: &str) -> Result<Option<String>, ManifestError> {
+        let field = || format!("metadata.annotations[{key}]");
+        let annotations = match self.get("metadata.annotations") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Mapping(m)) => m,
+            Some(_) => {
+                return Err(self.err(Problem::WrongType {
+                    field: "metadata.annotations".into(),
+                    expected: "a mapping of strings",
+                }))
+            }
+        };
+        match annotations.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(_) => Err(self.err(Problem::WrongType {
+                field: field(),
+                expected: "a string",
+            })),
+        }
+    }
+
+    fn dpid_annotation(&self) -> Result<u64, ManifestError> {
+        let field = format!("metadata.annotations[{DATAPATH_ID_ANNOTATION}]");
+        match self.annotation(DATAPATH_ID_ANNOTATION)? {
+            None => Err(self.err(Problem::Missing {
+                field,
+                hint: "the datapath id of the node's bridge, decimal or 0x hex, e.g. \"0x1\"",
+            })),
+            Some(t) => parse_dpid(&t).map_err(|reason| {
+                self.err(Problem::Invalid {
+                    field,
+                    value: t,
+                    reason,
+                })
+            }),
+        }
+    }
+
+    fn ipv4(&self, field: &str, text: &str) -> Result<Ipv4Addr, ManifestError> {
+        text.trim().parse().map_err(|_| {
+            self.err(Problem::Invalid {
+                field: field.to_string(),
+                value: text.to_string(),
+                reason: "not an IPv4 address".into(),
+            })
+        })
+    }
+
+    /// Object names follow Kubernetes DNS labels loosely: non-empty, no `/`, no whitespace.
+    fn check_name(&self, field: &str, name: &str) -> Result<(), ManifestError> {
+        if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+            return Err(self.err(Problem::Invalid {
+                field: field.to_string(),
+                value: name.to_string(),
+                reason: "a name must be non-empty, without '/' or spaces".into(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// The subnet prefix length from `hostSubnetLength` (host bits) or `hostPrefix`.
+    fn host_prefix(
+        &self,
+        hsl_field: &str,
+        hsl: Option<u64>,
+        prefix_field: &str,
+        prefix: Option<u64>,
+    ) -> Result<u32, ManifestError> {
+        let bad = |field: &str, v: u64, reason: &str| {
+            self.err(Problem::Invalid {
+                field: field.to_string(),
+                value: v.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        let from_hsl = match hsl {
+            None => None,
+            Some(v) if (1..=31).contains(&v) => Some(32 - v as u32),
+            Some(v) => return Err(bad(hsl_field, v, "host bits must be 1 to 31")),
+        };
+        let from_prefix = match prefix {
+            None => None,
+            Some(v) if (1..=31).contains(&v) => Some(v as u32),
+            Some(v) => return Err(bad(prefix_field, v, "a prefix length must be 1 to 31")),
+        };
+        match (from_hsl, from_prefix) {
+            (Some(a), Some(b)) if a != b => Err(bad(
+                prefix_field,
+                u64::from(b),
+                &format!("disagrees with {hsl_field} (which means /{a}); give one"),
+            )),
+            (Some(a), _) | (None, Some(a)) => Ok(a),
+            (None, None) => Err(self.err(Problem::Missing {
+                field: hsl_field.to_string(),
+                hint: "host bits per node subnet, e.g. 9 for /23 (or hostPrefix: 23)",
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> ManifestObject {
+        let mut objs = parse(text).expect("manifest parses");
+        assert_eq!(objs.len(), 1, "{objs:?}");
+        objs.remove(0)
+    }
+
+    fn problem(text: &str) -> ManifestError {
+        parse(text).expect_err("manifest must be refused")
+    }
+
+    #[test]
+    fn namespace() {
+        let o = one("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns1\n");
+        assert_eq!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                name: "ns1".into(),
+                netid: None
+            })
+        );
+        assert_eq!(o.describe(), "namespace/ns1");
+    }
+
+    #[test]
+    fn netnamespace_with_and_without_netid() {
+        let o = one(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nmetadata: {name: ns2}\nnetname: ns2\nnetid: 4242\n",
+        );
+        assert_eq!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                name: "ns2".into(),
+                netid: Some(4242)
+            })
+        );
+        let o = one("apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: ns3\n");
+        assert_eq!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                name: "ns3".into(),
+                netid: None
+            })
+        );
+    }
+
+    #[test]
+    fn netnamespace_name_mismatch() {
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nmetadata: {name: a}\nnetname: b\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "netname"));
+        assert_eq!(
+            e.to_string(),
+            "document 1 (NetNamespace \"a\"): netname: invalid value \"b\": must equal metadata.name \"a\""
+        );
+    }
+
+    #[test]
+    fn netnamespace_netid_type_and_range() {
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: abc\n",
+        );
+        assert_eq!(
+            *e.problem,
+            Problem::WrongType {
+                field: "netid".into(),
+                expected: "an integer"
+            }
+        );
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: 99999999999\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: a\nnetid: -1\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
+    }
+
+    #[test]
+    fn node_from_v1_node() {
+        let o = one(r#"apiVersion: v1
+kind: Node
+metadata:
+  name: node-1
+  annotations:
+    flowmesh.io/datapath-id: "0x00000000000000a1"
+status:
+  addresses:
+  - {type: Hostname, address: node-1}
+  - {type: InternalIP, address: 192.168.1.11}
+"#);
+        assert_eq!(
+            o,
+            ManifestObject::Node(NodeSpec {
+                name: "node-1".into(),
+                node_ip: Ipv4Addr::new(192, 168, 1, 11),
+                dpid: 0xa1,
+                subnet: None
+            })
+        );
+    }
+
+    #[test]
+    fn node_decimal_dpid_unquoted() {
+        let o = one(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations:\n    flowmesh.io/datapath-id: 161\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.1}]\n",
+        );
+        assert!(matches!(
+            o,
+            ManifestObject::Node(NodeSpec { dpid: 161, .. })
+        ));
+    }
+
+    #[test]
+    fn node_errors() {
+        let e = problem(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations: {flowmesh.io/datapath-id: '1'}\n",
+        );
+        assert_eq!(e.kind.as_deref(), Some("Node"));
+        assert_eq!(e.name.as_deref(), Some("n"));
+        assert!(
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "status.addresses[type=InternalIP]")
+        );
+        let e = problem(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations: {flowmesh.io/datapath-id: '1'}\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.300}]\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "10.0.0.300"));
+        let e = problem(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.3}]\n",
+        );
+        assert!(e.to_string().contains("flowmesh.io/datapath-id"), "{e}");
+        assert!(matches!(*e.problem, Problem::Missing { .. }));
+        let e = problem(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations: {flowmesh.io/datapath-id: 0xZZ}\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.3}]\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "0xZZ"));
+    }
+
+    #[test]
+    fn hostsubnet() {
+        let o = one(r#"apiVersion: network.openshift.io/v1
+kind: HostSubnet
+metadata:
+  name: node-2
+  annotations:
+    flowmesh.io/datapath-id: "0x2"
+host: node-2
+hostIP: 192.168.1.12
+subnet: 10.128.2.0/23
+"#);
+        assert_eq!(
+            o,
+            ManifestObject::Node(NodeSpec {
+                name: "node-2".into(),
+                node_ip: Ipv4Addr::new(192, 168, 1, 12),
+                dpid: 2,
+                subnet: Some("10.128.2.0/23".into())
+            })
+        );
+    }
+
+    #[test]
+    fn hostsubnet_errors() {
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nhost: n\nmetadata: {annotations: {flowmesh.io/datapath-id: '1'}}\n",
+        );
+        assert!(matches!(*e.problem, Problem::Missing { ref field, .. } if field == "hostIP"));
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nmetadata: {name: a}\nhost: b\nhostIP: 1.1.1.1\n",
+        );
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "host"));
+        let e = problem(
+            "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nhostIP: 1.1.1.1\nmetadata: {annotations: {flowmesh.io/datapath-id: '1'}}\n",
+        );
+        assert!(matches!(*e.problem, Problem::Missing { ref field, .. } if field == "host"));
+    }
+
+    #[test]
+    fn pod() {
+        let o = one(r#"apiVersion: v1
+kind: Pod
+metadata:
+  namespace: ns1
+  name: web
+  annotations:
+    flowmesh.io/ovs-port: veth-web
+    flowmesh.io/ofport: "7"
+spec:
+  nodeName: node-1
+  containers: [{name: c, image: busybox}]
+"#);
+        assert_eq!(
+            o,
+            ManifestObject::Pod(PodSpec {
+                namespace: "ns1".into(),
+                name: "web".into(),
+                node: "node-1".into(),
+                port_name: "veth-web".into(),
+                ofport: Some(7)
+            })
+        );
+        assert_eq!(o.describe(), "pod/ns1/web");
+    }
+
+    #[test]
+    fn pod_errors() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ns1\n  name: web\n";
+        let e = problem(&format!(
+            "{base}  annotations: {{flowmesh.io/ovs-port: p}}\n"
+        ));
+        assert_eq!(e.name.as_deref(), Some("ns1/web"));
+        assert!(
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "spec.nodeName")
+        );
+        let e = problem(&format!("{base}spec: {{nodeName: n}}\n"));
+        assert!(e.to_string().contains("flowmesh.io/ovs-port"), "{e}");
+        let e = problem(&format!(
+            "{base}  annotations: {{flowmesh.io/ovs-port: p, flowmesh.io/ofport: '0'}}\nspec: {{nodeName: n}}\n"
+        ));
+        assert!(matches!(*e.problem, Problem::Invalid { ref value, .. } if value == "0"));
+        let e = problem("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {nodeName: n}\n");
+        assert!(
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "metadata.namespace")
+        );
+        let e = problem("apiVersion: v1\nkind: Pod\nmetadata: {namespace: a, name: 'x/y'}\n");
+        assert!(
+            matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "metadata.name")
+        );
+    }
+
+    #[test]
+    fn cluster_network_openshift_shape() {
+        let o = one(r#"apiVersion: network.openshift.io/v1
+kind: ClusterNetwork
+metadata: {name: default}
+clusterNetworks:
+- CIDR: 10.128.0.0/14
+  hostSubnetLength: 9
+- cidr: 10.132.0.0/14
+  hostPrefix: 24
+serviceNetwork: 172.30.0.0/16
+pluginName: redhat/openshift-ovs-multitenant
+vxlanPort: 4789
+mtu: 1450
+"#);
+        assert_eq!(
+            o,
+            ManifestObject::ClusterNetwork(ClusterNetworkSpec {
+                name: "default".into(),
+                cluster_networks: vec![
+                    ClusterNetworkRange {
+                        cidr: "10.128.0.0/14".into(),
+                        host_prefix: 23
+                    },
+                    ClusterNetworkRange {
+                        cidr: "10.132.0.0/14".into(),
+                        host_prefix: 24
+                    },
+                ],
+                service_network: Some("172.30.0.0/16".into()),
+                mode: Some(NetworkMode::Multitenant),
+                vxlan_port: Some(4789),
+                mtu: Some(1450),
+            })
+        );
+    }
+
+    #[test]
+    fn cluster_network_legacy_fields_and_mode() {
+        let o = one(
+            "apiVersion: network.openshift.io/v1\nkind: ClusterNetwork\nnetwork: 10.128.0.0/14\nhostsubnetlength: 8\nmode: networkpolicy\n",
+        );
+        let ManifestObject::ClusterNetwork(c) = o else {
+            panic!("not a cluster network: {o:?}");
+        };
+        assert_eq!(c.name, "default");
+        assert_eq!(c.cluster_networks[0].host_prefix, 24);
+        assert_eq!(c.mode, Some(NetworkMode::NetworkPolicy));
+        assert_eq!(c.vxlan_port, None);
+    }
+
+    #[test]
+    fn cluster_network_errors() {
+        let head = "apiVersion: network.openshift.io/v1\nkind: ClusterNetwork\nmetadata: {name: default}\n";
+        let e = problem(head);
+        assert!(
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks")
+        );
+        let e = problem(&format!("{head}clusterNetworks: [{{CIDR: 10.0.0.0/8}}]\n"));
+        assert!(
+            matches!(*e.problem, Problem::Missing { ref field, .. } if field == "clusterNetworks[0].hostSubnetLength")
+        );
+        let e = problem(&format!(
+            "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9, hostPrefix: 24}}]\n"
+        ));
+        assert!(
+            matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "clusterNetworks[0].hostPrefix")
+        );
+        let e = problem(&format!(
+            "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 40}}]\n"
+        ));
+        assert!(matches!(*e.problem, Problem::Invalid { .. }));
+        let e = problem(&format!(
+            "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\npluginName: redhat/openshift-ovs-flat\n"
+        ));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "pluginName"));
+        let e = problem(&format!(
+            "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\npluginName: redhat/openshift-ovs-subnet\nmode: multitenant\n"
+        ));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "mode"));
+        let e = problem(&format!(
+            "{head}clusterNetworks: [{{CIDR: 10.0.0.0/8, hostSubnetLength: 9}}]\nvxlanPort: 70000\n"
+        ));
+        assert!(matches!(*e.problem, Problem::Invalid { ref field, .. } if field == "vxlanPort"));
+        let e = problem(&format!("{head}clusterNetworks: 10.0.0.0/8\n"));
+        assert!(matches!(*e.problem, Problem::WrongType { .. }));
+    }
+
+    #[test]
+    fn multi_document_in_order_with_empty_documents() {
+        let text = r#"
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns1}
+---
+---
+# only a comment
+---
+apiVersion: network.openshift.io/v1
+kind: NetNamespace
+netname: ns2
+netid: 7
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: ns1
+  name: a
+  annotations: {flowmesh.io/ovs-port: veth-a}
+spec: {nodeName: node-1}
+"#;
+        let docs = parse_documents(text).expect("parses");
+        let got: Vec<(usize, String)> = docs
+            .iter()
+            .map(|d| (d.index, d.object.describe()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "namespace/ns1".to_string()),
+                (4, "namespace/ns2".to_string()),
+                (5, "pod/ns1/a".to_string()),
+            ]
+        );
+        assert_eq!(parse("").expect("empty is fine"), vec![]);
+        assert_eq!(parse("---\n---\n").expect("only separators"), vec![]);
+    }
+
+    #[test]
+    fn error_names_the_document_index() {
+        let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {}\n";
+        let e = problem(text);
+        assert_eq!(e.index, 2);
+        assert_eq!(
+            e.to_string(),
+            "document 2 (Namespace): metadata.name is required (the namespace name)"
+        );
+    }
+
+    #[test]
+    fn unknown_kind_and_api_version() {
+        let e = problem("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n");
+        assert_eq!(
+            *e.problem,
+            Problem::UnknownKind {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into()
+            }
+        );
+        assert!(e
+            .to_string()
+            .starts_with("document 1 (Deployment \"web\"): unsupported kind"));
+        // Right kind, wrong group.
+        let e = problem("apiVersion: v1\nkind: HostSubnet\nhost: a\n");
+        assert!(matches!(*e.problem, Problem::UnknownKind { .. }));
+    }
+
+    #[test]
+    fn shape_errors() {
+        assert_eq!(*problem("- a\n- b\n").problem, Problem::NotAnObject);
+        assert_eq!(
+            *problem("kind: Namespace\n").problem,
+            Problem::MissingTypeInfo("apiVersion")
+        );
+        assert_eq!(
+            *problem("apiVersion: v1\n").problem,
+            Problem::MissingTypeInfo("kind")
+        );
+        let e =
+            problem("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\nkey: [unclosed\n");
+        assert_eq!(e.index, 2);
+        assert!(matches!(*e.problem, Problem::Yaml(_)));
+        let e = problem("apiVersion: v1\nkind: Namespace\nmetadata: {name: [a]}\n");
+        assert!(
+            matches!(*e.problem, Problem::WrongType { ref field, .. } if field == "metadata.name")
+        );
+    }
+
+    #[test]
+    fn dpid_forms() {
+        assert_eq!(parse_dpid("42"), Ok(42));
+        assert_eq!(parse_dpid("0x2a"), Ok(42));
+        assert_eq!(parse_dpid("0X000000000000002A"), Ok(42));
+        assert_eq!(parse_dpid("0xffffffffffffffff"), Ok(u64::MAX));
+        assert!(parse_dpid("0x1ffffffffffffffff").is_err());
+        assert!(parse_dpid("0x").is_err());
+        assert!(parse_dpid("2a").is_err());
+        assert!(parse_dpid("-1").is_err());
+        assert!(parse_dpid("").is_err());
+    }
+
+    #[test]
+    fn mode_names() {
+        for m in [
+            NetworkMode::Subnet,
+            NetworkMode::Multitenant,
+            NetworkMode::NetworkPolicy,
+        ] {
+            assert_eq!(NetworkMode::parse(m.as_str()), Some(m));
+            assert_eq!(
+                NetworkMode::parse(&format!("redhat/openshift-ovs-{}", m.as_str())),
+                Some(m)
+            );
+        }
+        assert_eq!(NetworkMode::parse("flat"), None);
+    }
+}

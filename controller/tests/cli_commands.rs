@@ -1,0 +1,1409 @@
+//! Runs the real `flowmeshctl` binary against an in-process fake admin API server and checks
+//! its output, its exit status and the requests the server received.
+
+use std::net::SocketAddr;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use proto::admin::admin_server::{Admin, AdminServer};
+use proto::admin::{self, FlowView};
+use tonic::{Request, Response, Status};
+
+/// A request the fake server received.
+#[derive(Clone, Debug, PartialEq)]
+enum Got {
+    AddNode(admin::AddNodeRequest),
+    DeleteNode(String),
+    CreateNamespace(String),
+    DeleteNamespace(String),
+    Attach(admin::AttachPodRequest),
+    Detach(admin::PodRef),
+    Join(admin::JoinProjectsRequest),
+    Isolate(Vec<String>),
+    Global(Vec<String>),
+    DumpFlows(String, i32),
+    Trace(admin::TraceRequest),
+    Apply(String),
+    List(&'static str),
+}
+
+#[derive(Default)]
+struct State {
+    nodes: Vec<admin::HostSubnet>,
+    namespaces: Vec<admin::NetNamespace>,
+    pods: Vec<admin::Pod>,
+    got: Vec<Got>,
+}
+
+/// In-memory admin API with canned behaviour.
+#[derive(Default)]
+struct Fake {
+    state: Mutex<State>,
+}
+
+impl Fake {
+    fn seeded() -> Fake {
+        let state = State {
+            nodes: vec![
+                admin::HostSubnet {
+                    node: "node-2".into(),
+                    node_ip: "192.168.1.12".into(),
+                    subnet: "10.128.2.0/23".into(),
+                    dpid: 0x2,
+                    gateway: "10.128.2.1".into(),
+                },
+                admin::HostSubnet {
+                    node: "node-1".into(),
+                    node_ip: "192.168.1.11".into(),
+                    subnet: "10.128.0.0/23".into(),
+                    dpid: 0xa1,
+                    gateway: "10.128.0.1".into(),
+                },
+            ],
+            namespaces: vec![
+                admin::NetNamespace {
+                    name: "default".into(),
+                    netid: 0,
+                },
+                admin::NetNamespace {
+                    name: "blue".into(),
+                    netid: 11,
+                },
+                admin::NetNamespace {
+                    name: "red".into(),
+                    netid: 12,
+                },
+            ],
+            pods: vec![
+                pod("red", "db", "node-2", "10.128.2.7", 7, 12),
+                pod("blue", "web", "node-1", "10.128.0.5", 5, 11),
+            ],
+            got: Vec::new(),
+        };
+        Fake {
+            state: Mutex::new(state),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, g: Got) {
+        self.lock().got.push(g);
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.lock().got.clone()
+    }
+}
+
+fn pod(ns: &str, name: &str, node: &str, ip: &str, ofport: u32, netid: u32) -> admin::Pod {
+    admin::Pod {
+        namespace: ns.into(),
+        name: name.into(),
+        node: node.into(),
+        ip: ip.into(),
+        mac: format!("0a:58:0a:80:00:{ofport:02x}"),
+        ofport,
+        netid,
+        port_name: format!("veth-{name}"),
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for Fake {
+    async fn get_cluster_network(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::ClusterNetwork>, Status> {
+        Ok(Response::new(admin::ClusterNetwork {
+            cluster_networks: vec![admin::ClusterNetworkEntry {
+                cidr: "10.128.0.0/14".into(),
+                host_prefix: 23,
+            }],
+            service_network: "172.30.0.0/16".into(),
+            mode: "multitenant".into(),
+            vxlan_port: 4789,
+            mtu: 1450,
+        }))
+    }
+
+    async fn add_node(
+        &self,
+        r: Request<admin::AddNodeRequest>,
+    ) -> Result<Response<admin::HostSubnet>, Status> {
+        let r = r.into_inner();
+        self.record(Got::AddNode(r.clone()));
+        let mut s = self.lock();
+        if r.dpid == 0 {
+            return Err(Status::invalid_argument("datapath id 0 is reserved"));
+        }
+        if s.nodes.iter().any(|n| n.node == r.name) {
+            return Err(Status::already_exists(format!(
+                "node {:?} already exists",
+                r.name
+            )));
+        }
+        let hs = admin::HostSubnet {
+            node: r.name,
+            node_ip: r.node_ip,
+            subnet: "10.128.4.0/23".into(),
+            dpid: r.dpid,
+            gateway: "10.128.4.1".into(),
+        };
+        s.nodes.push(hs.clone());
+        Ok(Response::new(hs))
+    }
+
+    async fn delete_node(
+        &self,
+        r: Request<admin::NameRequest>,
+    ) -> Result<Response<admin::Empty>, Status> {
+        let name = r.into_inner().name;
+        self.record(Got::DeleteNode(name.clone()));
+        let mut s = self.lock();
+        let before = s.nodes.len();
+        s.nodes.retain(|n| n.node != name);
+        if s.nodes.len() == before {
+            // No message: the client must say what was not found itself.
+            return Err(Status::not_found(""));
+        }
+        Ok(Response::new(admin::Empty {}))
+    }
+
+    async fn list_host_subnets(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::HostSubnetList>, Status> {
+        self.record(Got::List("hostsubnets"));
+        Ok(Response::new(admin::HostSubnetList {
+            items: self.lock().nodes.clone(),
+        }))
+    }
+
+    async fn create_namespace(
+        &self,
+        r: Request<admin::NameRequest>,
+    ) -> Result<Response<admin::NetNamespace>, Status> {
+        let name = r.into_inner().name;
+        self.record(Got::CreateNamespace(name.clone()));
+        let mut s = self.lock();
+        if name.chars().any(|c| c.is_ascii_uppercase()) {
+            return Err(Status::invalid_argument(format!(
+                "namespace name {name:?} must be lower case"
+            )));
+        }
+        if s.namespaces.iter().any(|n| n.name == name) {
+            return Err(Status::already_exists(format!(
+                "namespace {name:?} already exists"
+            )));
+        }
+        let ns = admin::NetNamespace { name, netid: 13 };
+        s.namespaces.push(ns.clone());
+        Ok(Response::new(ns))
+    }
+
+    async fn delete_namespace(
+        &self,
+        r: Request<admin::NameRequest>,
+    ) -> Result<Response<admin::Empty>, Status> {
+        let name = r.into_inner().name;
+        self.record(Got::DeleteNamespace(name.clone()));
+        let mut s = self.lock();
+        let before = s.namespaces.len();
+        s.namespaces.retain(|n| n.name != name);
+        if s.namespaces.len() == before {
+            return Err(Status::not_found(format!("namespace {name:?} not found")));
+        }
+        Ok(Response::new(admin::Empty {}))
+    }
+
+    async fn list_net_namespaces(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::NetNamespaceList>, Status> {
+        self.record(Got::List("netnamespaces"));
+        Ok(Response::new(admin::NetNamespaceList {
+            items: self.lock().namespaces.clone(),
+        }))
+    }
+
+    async fn attach_pod(
+        &self,
+        r: Request<admin::AttachPodRequest>,
+    ) -> Result<Response<admin::Pod>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Attach(r.clone()));
+        if r.name == "slow" {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let mut s = self.lock();
+        let Some(netid) = s
+            .namespaces
+            .iter()
+            .find(|n| n.name == r.namespace)
+            .map(|n| n.netid)
+        else {
+            return Err(Status::not_found(format!(
+                "namespace {:?} not found",
+                r.namespace
+            )));
+        };
+        if !s.nodes.iter().any(|n| n.node == r.node) {
+            return Err(Status::not_found(format!("node {:?} not found", r.node)));
+        }
+        let p = admin::Pod {
+            port_name: r.port_name.clone(),
+            ..pod(
+                &r.namespace,
+                &r.name,
+                &r.node,
+                "10.128.0.9",
+                if r.ofport == 0 { 9 } else { r.ofport },
+                netid,
+            )
+        };
+        s.pods.push(p.clone());
+        Ok(Response::new(p))
+    }
+
+    async fn detach_pod(
+        &self,
+        r: Request<admin::PodRef>,
+    ) -> Result<Response<admin::Empty>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Detach(r.clone()));
+        let mut s = self.lock();
+        let before = s.pods.len();
+        s.pods
+            .retain(|p| !(p.namespace == r.namespace && p.name == r.name));
+        if s.pods.len() == before {
+            return Err(Status::not_found(format!(
+                "pod {}/{} not found",
+                r.namespace, r.name
+            )));
+        }
+        Ok(Response::new(admin::Empty {}))
+    }
+
+    async fn list_pods(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::PodList>, Status> {
+        self.record(Got::List("pods"));
+        Ok(Response::new(admin::PodList {
+            items: self.lock().pods.clone(),
+        }))
+    }
+
+    async fn join_projects(
+        &self,
+        r: Request<admin::JoinProjectsRequest>,
+    ) -> Result<Response<admin::NetNamespaceList>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Join(r.clone()));
+        let mut s = self.lock();
+        let netid = s
+            .namespaces
+            .iter()
+            .find(|n| n.name == r.to)
+            .map(|n| n.netid)
+            .ok_or_else(|| Status::not_found(format!("namespace {:?} not found", r.to)))?;
+        if let Some(missing) = r
+            .namespaces
+            .iter()
+            .find(|n| !s.namespaces.iter().any(|x| &x.name == *n))
+        {
+            return Err(Status::not_found(format!(
+                "namespace {missing:?} not found"
+            )));
+        }
+        let mut changed = Vec::new();
+        for n in s.namespaces.iter_mut() {
+            if r.namespaces.contains(&n.name) {
+                n.netid = netid;
+                changed.push(n.clone());
+            }
+        }
+        Ok(Response::new(admin::NetNamespaceList { items: changed }))
+    }
+
+    async fn isolate_projects(
+        &self,
+        r: Request<admin::ProjectsRequest>,
+    ) -> Result<Response<admin::NetNamespaceList>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Isolate(r.namespaces.clone()));
+        let items = r
+            .namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, n)| admin::NetNamespace {
+                name: n.clone(),
+                netid: 100 + i as u32,
+            })
+            .collect();
+        Ok(Response::new(admin::NetNamespaceList { items }))
+    }
+
+    async fn make_projects_global(
+        &self,
+        r: Request<admin::ProjectsRequest>,
+    ) -> Result<Response<admin::NetNamespaceList>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Global(r.namespaces.clone()));
+        let items = r
+            .namespaces
+            .iter()
+            .map(|n| admin::NetNamespace {
+                name: n.clone(),
+                netid: 0,
+            })
+            .collect();
+        Ok(Response::new(admin::NetNamespaceList { items }))
+    }
+
+    async fn list_switches(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::SwitchList>, Status> {
+        self.record(Got::List("switches"));
+        Ok(Response::new(admin::SwitchList {
+            items: vec![
+                admin::Switch {
+                    node: String::new(),
+                    dpid: 0xdead,
+                    connected: true,
+                    unknown: true,
+                    peer: "127.0.0.1:40001".into(),
+                    ..Default::default()
+                },
+                admin::Switch {
+                    node: "node-1".into(),
+                    dpid: 0xa1,
+                    connected: true,
+                    synced: true,
+                    flows: 42,
+                    desired_flows: 42,
+                    errors: 0,
+                    peer: "127.0.0.1:40000".into(),
+                    last_error: String::new(),
+                    unknown: false,
+                },
+                admin::Switch {
+                    node: "node-2".into(),
+                    dpid: 0x2,
+                    connected: false,
+                    synced: false,
+                    flows: 0,
+                    desired_flows: 40,
+                    errors: 3,
+                    peer: String::new(),
+                    last_error: "OFPBAC_BAD_OUT_PORT".into(),
+                    unknown: false,
+                },
+            ],
+        }))
+    }
+
+    async fn dump_flows(
+        &self,
+        r: Request<admin::DumpFlowsRequest>,
+    ) -> Result<Response<admin::DumpFlowsReply>, Status> {
+        let r = r.into_inner();
+        self.record(Got::DumpFlows(r.node.clone(), r.view));
+        if !self.lock().nodes.iter().any(|n| n.node == r.node) {
+            return Err(Status::not_found(format!("node {:?} not found", r.node)));
+        }
+        let view = FlowView::try_from(r.view).map_err(|_| Status::invalid_argument("view"))?;
+        if r.node == "node-2" && view != FlowView::Desired {
+            return Err(Status::unavailable("the switch of node-2 is not connected"));
+        }
+        let lines = match view {
+            FlowView::Desired => vec![
+                " cookie=0x0, table=0, priority=100,ip actions=goto_table:20".to_string(),
+                " cookie=0x0, table=0, priority=0 actions=drop".to_string(),
+            ],
+            FlowView::Installed => {
+                vec![" cookie=0x0, table=0, priority=100,ip actions=goto_table:20".to_string()]
+            }
+            FlowView::Diff => vec!["+ cookie=0x0, table=0, priority=0 actions=drop".to_string()],
+        };
+        Ok(Response::new(admin::DumpFlowsReply { lines }))
+    }
+
+    async fn trace(
+        &self,
+        r: Request<admin::TraceRequest>,
+    ) -> Result<Response<admin::TraceReply>, Status> {
+        let r = r.into_inner();
+        self.record(Got::Trace(r.clone()));
+        if r.from == "nope/x" {
+            return Err(Status::not_found("pod nope/x not found"));
+        }
+        Ok(Response::new(admin::TraceReply {
+            verdict: "dropped on node-2 (netid 11 may not reach netid 12)".into(),
+            allowed: false,
+            decided_by: 2,
+            steps: vec![
+                admin::TraceStep {
+                    node: "node-1".into(),
+                    table: 0,
+                    priority: 100,
+                    cookie: 0,
+                    flow: "priority=100,ip actions=goto_table:20".into(),
+                    note: String::new(),
+                },
+                admin::TraceStep {
+                    node: "node-2".into(),
+                    table: 10,
+                    priority: 100,
+                    cookie: 0x1_0000_0002,
+                    flow: "priority=100,tun_src=192.168.1.11 actions=goto_table:30".into(),
+                    note: "from VXLAN".into(),
+                },
+                admin::TraceStep {
+                    node: "node-2".into(),
+                    table: 80,
+                    priority: 0,
+                    cookie: 0x50,
+                    flow: "priority=0 actions=drop".into(),
+                    note: String::new(),
+                },
+            ],
+        }))
+    }
+
+    async fn apply(
+        &self,
+        r: Request<admin::ApplyRequest>,
+    ) -> Result<Response<admin::ApplyReply>, Status> {
+        let yaml = r.into_inner().yaml;
+        self.record(Got::Apply(yaml.clone()));
+        let objects = controller::manifest::parse(&yaml)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if objects.iter().any(|o| o.describe() == "namespace/taken") {
+            return Err(Status::invalid_argument(
+                "document 1 (Namespace \"taken\"): netid 5 is in use by namespace \"red\"",
+            ));
+        }
+        Ok(Response::new(admin::ApplyReply {
+            results: objects
+                .iter()
+                .map(|o| format!("{} created", o.describe()))
+                .collect(),
+        }))
+    }
+
+    type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<admin::Event, Status>>>;
+
+    async fn watch_events(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        let events = vec![
+            Ok(admin::Event {
+                time_unix_ms: 1_709_210_096_789,
+                kind: "NamespaceCreated".into(),
+                object: "namespace/blue".into(),
+                message: "netid 11".into(),
+            }),
+            Ok(admin::Event {
+                time_unix_ms: 1_709_210_097_000,
+                kind: "PodAttached".into(),
+                object: "pod/blue/web".into(),
+                message: "10.128.0.5 on node-1".into(),
+            }),
+        ];
+        Ok(Response::new(tokio_stream::iter(events)))
+    }
+}
+
+/// A fake server on 127.0.0.1, stopped when dropped.
+struct Server {
+    url: String,
+    fake: Arc<Fake>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let fake = Arc::new(Fake::seeded());
+        let svc = AdminServer::from_arc(fake.clone());
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind 127.0.0.1:0");
+                addr_tx
+                    .send(listener.local_addr().expect("local addr"))
+                    .expect("send addr");
+                tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .serve_with_incoming_shutdown(
+                        tokio_stream::wrappers::TcpListenerStream::new(listener),
+                        async {
+                            let _ = stop_rx.await;
+                        },
+                    )
+                    .await
+                    .expect("serve");
+            });
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server address");
+        Server {
+            url: format!("http://{addr}"),
+            fake,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Run flowmeshctl with `--server` pointing here.
+    fn ctl(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--server", self.url.as_str()];
+        all.extend_from_slice(args);
+        ctl(&all, None)
+    }
+
+    fn ctl_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        let mut all = vec!["--server", self.url.as_str()];
+        all.extend_from_slice(args);
+        ctl(&all, Some(stdin))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The result of one flowmeshctl run.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "flowmeshctl failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+
+    fn fails(&self, code: i32) -> &str {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stderr
+    }
+}
+
+fn ctl(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"));
+    cmd.args(args)
+        .env_remove("FLOWMESH_SERVER")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn flowmeshctl");
+    if let Some(text) = stdin {
+        use std::io::Write;
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        pipe.write_all(text.as_bytes()).expect("write stdin");
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("flowmeshctl output");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+#[test]
+fn get_netnamespaces_table_sorted_with_aliases() {
+    let s = Server::start();
+    let out = s.ctl(&["get", "netnamespaces"]).ok().to_string();
+    assert_eq!(
+        out,
+        "NAME      NETID\nblue      11\ndefault   0\nred       12\n"
+    );
+    assert_eq!(s.ctl(&["get", "netns"]).ok(), out);
+    assert_eq!(
+        s.ctl(&["get", "netnamespace", "red"]).ok(),
+        "NAME   NETID\nred    12\n"
+    );
+}
+
+#[test]
+fn get_pods_json_keys_values_and_namespace_filter() {
+    let s = Server::start();
+    let v = json(s.ctl(&["get", "pods", "-o", "json"]).ok());
+    let items = v.as_array().expect("an array");
+    assert_eq!(items.len(), 2);
+    // Sorted by namespace/name: blue/web first.
+    assert_eq!(
+        items[0],
+        serde_json::json!({
+            "namespace": "blue", "name": "web", "node": "node-1", "ip": "10.128.0.5",
+            "mac": "0a:58:0a:80:00:05", "ofport": 5, "netid": 11, "portName": "veth-web"
+        })
+    );
+    assert_eq!(items[1]["namespace"], "red");
+    let v = json(s.ctl(&["get", "pod", "-n", "red", "-o", "json"]).ok());
+    assert_eq!(v.as_array().map(Vec::len), Some(1));
+    assert_eq!(v[0]["ip"], "10.128.2.7");
+    let table = s.ctl(&["get", "pods"]).ok().to_string();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[0],
+        "NAMESPACE   NAME   NODE     IP           MAC                 OFPORT   NETID"
+    );
+    assert_eq!(
+        lines[1],
+        "blue        web    node-1   10.128.0.5   0a:58:0a:80:00:05   5        11"
+    );
+}
+
+#[test]
+fn get_hostsubnets_yaml_and_table() {
+    let s = Server::start();
+    let y: serde_yaml::Value =
+        serde_yaml::from_str(s.ctl(&["get", "hostsubnets", "-o", "yaml"]).ok()).expect("YAML");
+    let items = y.as_sequence().expect("a sequence");
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["node"].as_str(), Some("node-1"));
+    assert_eq!(items[0]["nodeIP"].as_str(), Some("192.168.1.11"));
+    assert_eq!(items[0]["subnet"].as_str(), Some("10.128.0.0/23"));
+    assert_eq!(items[0]["dpid"].as_str(), Some("0x00000000000000a1"));
+    let t = s.ctl(&["get", "hostsubnet"]).ok().to_string();
+    assert_eq!(
+        t.lines().collect::<Vec<_>>(),
+        vec![
+            "NODE     NODE IP        SUBNET          DPID",
+            "node-1   192.168.1.11   10.128.0.0/23   0x00000000000000a1",
+            "node-2   192.168.1.12   10.128.2.0/23   0x0000000000000002",
+        ]
+    );
+}
+
+#[test]
+fn get_switches_table_wide_and_json() {
+    let s = Server::start();
+    let t = s.ctl(&["get", "switches"]).ok().to_string();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "NODE        DPID                 CONNECTED   SYNCED   FLOWS   ERRORS",
+            "node-1      0x00000000000000a1   true        true     42      0",
+            "node-2      0x0000000000000002   false       false    0       3",
+            "<unknown>   0x000000000000dead   true        false    0       0",
+        ]
+    );
+    let w = s.ctl(&["get", "switch", "-o", "wide"]).ok().to_string();
+    assert!(
+        w.contains("LAST ERROR") && w.contains("OFPBAC_BAD_OUT_PORT"),
+        "{w}"
+    );
+    let v = json(s.ctl(&["get", "sw", "node-2", "-o", "json"]).ok());
+    assert_eq!(
+        v,
+        serde_json::json!([{
+            "node": "node-2", "dpid": "0x0000000000000002", "connected": false, "synced": false,
+            "flows": 0, "desiredFlows": 40, "errors": 3, "peer": "", "lastError": "OFPBAC_BAD_OUT_PORT",
+            "unknown": false
+        }])
+    );
+}
+
+#[test]
+fn get_unknown_name_is_not_found() {
+    let s = Server::start();
+    let r = s.ctl(&["get", "netnamespaces", "green"]);
+    let err = r.fails(1);
+    assert!(
+        err.contains("netnamespace \"green\" not found")
+            && err.contains("flowmeshctl get netnamespaces"),
+        "{err}"
+    );
+    assert!(r.stdout.is_empty());
+}
+
+#[test]
+fn get_clusternetwork_json() {
+    let s = Server::start();
+    let v = json(s.ctl(&["get", "clusternetwork", "-o", "json"]).ok());
+    assert_eq!(v["clusterNetworks"][0]["cidr"], "10.128.0.0/14");
+    assert_eq!(v["clusterNetworks"][0]["hostPrefix"], 23);
+    assert_eq!(v["mode"], "multitenant");
+    let t = s.ctl(&["get", "cn"]).ok().to_string();
+    assert!(
+        t.contains("10.128.0.0/14") && t.contains("/23") && t.contains("4789"),
+        "{t}"
+    );
+}
+
+#[test]
+fn node_add_sends_hex_dpid_and_prints_the_subnet() {
+    let s = Server::start();
+    let out = s
+        .ctl(&[
+            "node",
+            "add",
+            "node-3",
+            "--ip",
+            "192.168.1.13",
+            "--dpid",
+            "0x1F",
+        ])
+        .ok()
+        .to_string();
+    assert_eq!(
+        out,
+        "node/node-3 added: subnet 10.128.4.0/23, gateway 10.128.4.1, dpid 0x000000000000001f\n"
+    );
+    s.ctl(&[
+        "node",
+        "add",
+        "node-4",
+        "--ip",
+        "192.168.1.14",
+        "--dpid",
+        "31",
+        "-o",
+        "json",
+    ])
+    .ok();
+    let got = s.fake.got();
+    assert_eq!(
+        got,
+        vec![
+            Got::AddNode(admin::AddNodeRequest {
+                name: "node-3".into(),
+                node_ip: "192.168.1.13".into(),
+                dpid: 31
+            }),
+            Got::AddNode(admin::AddNodeRequest {
+                name: "node-4".into(),
+                node_ip: "192.168.1.14".into(),
+                dpid: 31
+            }),
+        ]
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_and_send_nothing() {
+    let s = Server::start();
+    for args in [
+        &["node", "add", "n", "--ip", "1.2.3.4", "--dpid", "0xZZ"][..],
+        &["node", "add", "n", "--ip", "1.2.3", "--dpid", "1"],
+        &["trace", "--from", "a", "--to", "b/c"],
+        &[
+            "trace", "--from", "a/b", "--to", "c/d", "--tcp", "80", "--udp", "53",
+        ],
+        &["dump-flows", "node-1", "--installed", "--diff"],
+        &["adm", "pod-network", "join-projects", "a"],
+        &["get", "widgets"],
+    ] {
+        let r = s.ctl(args);
+        r.fails(2);
+        assert!(r.stderr.contains("error:"), "{args:?}: {}", r.stderr);
+    }
+    assert_eq!(s.fake.got(), vec![]);
+}
+
+#[test]
+fn invalid_argument_shows_server_message_and_help_hint() {
+    let s = Server::start();
+    let err = s
+        .ctl(&["node", "add", "n9", "--ip", "1.2.3.4", "--dpid", "0"])
+        .fails(1)
+        .to_string();
+    assert_eq!(
+        err,
+        "error: add node \"n9\": datapath id 0 is reserved (check the arguments; see: flowmeshctl node add --help)\n"
+    );
+}
+
+#[test]
+fn namespace_create_delete_and_errors() {
+    let s = Server::start();
+    assert_eq!(
+        s.ctl(&["namespace", "create", "green"]).ok(),
+        "namespace/green created: netid 13\n"
+    );
+    let err = s
+        .ctl(&["namespace", "create", "green"])
+        .fails(1)
+        .to_string();
+    assert_eq!(
+        err,
+        "error: create namespace \"green\": namespace \"green\" already exists (it exists already; see it with: flowmeshctl get netnamespaces green)\n"
+    );
+    assert_eq!(
+        s.ctl(&["ns", "delete", "green"]).ok(),
+        "namespace/green deleted\n"
+    );
+    let err = s
+        .ctl(&["namespace", "delete", "green"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.starts_with(
+            "error: delete namespace \"green\": namespace \"green\" not found (nothing to delete;"
+        ),
+        "{err}"
+    );
+    let err = s
+        .ctl(&["namespace", "create", "Green"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.contains("must be lower case") && err.contains("namespace create --help"),
+        "{err}"
+    );
+    assert_eq!(
+        s.fake.got(),
+        vec![
+            Got::CreateNamespace("green".into()),
+            Got::CreateNamespace("green".into()),
+            Got::DeleteNamespace("green".into()),
+            Got::DeleteNamespace("green".into()),
+            Got::CreateNamespace("Green".into()),
+        ]
+    );
+}
+
+#[test]
+fn node_delete_not_found_without_server_message() {
+    let s = Server::start();
+    assert_eq!(
+        s.ctl(&["node", "delete", "node-2"]).ok(),
+        "node/node-2 deleted\n"
+    );
+    let err = s.ctl(&["node", "delete", "node-2"]).fails(1).to_string();
+    assert!(
+        err.starts_with(
+            "error: delete node \"node-2\": node \"node-2\" not found (nothing to delete;"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn pod_attach_prints_ip_and_sends_fields() {
+    let s = Server::start();
+    let out = s
+        .ctl(&[
+            "pod",
+            "attach",
+            "--node",
+            "node-1",
+            "--namespace",
+            "blue",
+            "--name",
+            "api",
+            "--port",
+            "veth77",
+            "--ofport",
+            "77",
+        ])
+        .ok()
+        .to_string();
+    assert_eq!(out, "10.128.0.9\n");
+    let v = json(
+        s.ctl(&[
+            "pod", "attach", "--node", "node-1", "-n", "red", "--name", "cache", "--port",
+            "veth78", "-o", "json",
+        ])
+        .ok(),
+    );
+    assert_eq!(v["netid"], 12);
+    assert_eq!(v["portName"], "veth78");
+    assert_eq!(
+        s.fake.got(),
+        vec![
+            Got::Attach(admin::AttachPodRequest {
+                node: "node-1".into(),
+                namespace: "blue".into(),
+                name: "api".into(),
+                port_name: "veth77".into(),
+                ofport: 77
+            }),
+            Got::Attach(admin::AttachPodRequest {
+                node: "node-1".into(),
+                namespace: "red".into(),
+                name: "cache".into(),
+                port_name: "veth78".into(),
+                ofport: 0
+            }),
+        ]
+    );
+}
+
+#[test]
+fn pod_attach_missing_namespace_or_node_names_the_fix() {
+    let s = Server::start();
+    let err = s
+        .ctl(&[
+            "pod",
+            "attach",
+            "--node",
+            "node-1",
+            "--namespace",
+            "foo",
+            "--name",
+            "a",
+            "--port",
+            "p",
+        ])
+        .fails(1)
+        .to_string();
+    assert_eq!(
+        err,
+        "error: attach pod \"foo/a\": namespace \"foo\" not found (create it with: flowmeshctl namespace create foo)\n"
+    );
+    let err = s
+        .ctl(&[
+            "pod",
+            "attach",
+            "--node",
+            "node-9",
+            "--namespace",
+            "blue",
+            "--name",
+            "a",
+            "--port",
+            "p",
+        ])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.ends_with("(add it with: flowmeshctl node add node-9 --ip IPV4 --dpid DPID)\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pod_detach() {
+    let s = Server::start();
+    assert_eq!(
+        s.ctl(&["pod", "detach", "--namespace", "blue", "--name", "web"])
+            .ok(),
+        "pod/blue/web detached\n"
+    );
+    let err = s
+        .ctl(&["pod", "detach", "-n", "blue", "--name", "web"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.contains("pod blue/web not found") && err.contains("get pods -n blue"),
+        "{err}"
+    );
+    assert_eq!(
+        s.fake.got()[0],
+        Got::Detach(admin::PodRef {
+            namespace: "blue".into(),
+            name: "web".into()
+        })
+    );
+}
+
+#[test]
+fn adm_pod_network_requests_and_output() {
+    let s = Server::start();
+    let out = s
+        .ctl(&[
+            "adm",
+            "pod-network",
+            "join-projects",
+            "--to=blue",
+            "red",
+            "default",
+        ])
+        .ok()
+        .to_string();
+    assert_eq!(out, "NAME      NETID\ndefault   11\nred       11\n");
+    let v = json(
+        s.ctl(&[
+            "adm",
+            "pod-network",
+            "isolate-projects",
+            "red",
+            "blue",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    );
+    assert_eq!(v[0], serde_json::json!({"name": "red", "netid": 100}));
+    s.ctl(&["adm", "pod-network", "make-projects-global", "default"])
+        .ok();
+    let err = s
+        .ctl(&[
+            "adm",
+            "pod-network",
+            "join-projects",
+            "--to",
+            "blue",
+            "nosuch",
+        ])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.ends_with("namespace \"nosuch\" not found (create it with: flowmeshctl namespace create nosuch)\n"),
+        "{err}"
+    );
+    assert_eq!(
+        s.fake.got(),
+        vec![
+            Got::Join(admin::JoinProjectsRequest {
+                to: "blue".into(),
+                namespaces: vec!["red".into(), "default".into()]
+            }),
+            Got::Isolate(vec!["red".into(), "blue".into()]),
+            Got::Global(vec!["default".into()]),
+            Got::Join(admin::JoinProjectsRequest {
+                to: "blue".into(),
+                namespaces: vec!["nosuch".into()]
+            }),
+        ]
+    );
+}
+
+const MANIFEST: &str = "apiVersion: v1
+kind: Namespace
+metadata:
+  name: green
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: green
+  name: web
+  annotations:
+    flowmesh.io/ovs-port: veth-g
+spec:
+  nodeName: node-1
+";
+
+#[test]
+fn apply_file_and_stdin_send_the_text() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("objects.yaml");
+    std::fs::write(&path, MANIFEST).expect("write manifest");
+    let p = path.to_str().expect("utf-8 path");
+    assert_eq!(
+        s.ctl(&["apply", "-f", p]).ok(),
+        "namespace/green created\npod/green/web created\n"
+    );
+    assert_eq!(
+        s.ctl_stdin(&["apply", "-f", "-"], MANIFEST).ok(),
+        "namespace/green created\npod/green/web created\n"
+    );
+    assert_eq!(
+        s.ctl(&["apply", "-f", p, "--dry-run"]).ok(),
+        "namespace/green (dry run)\npod/green/web (dry run)\n"
+    );
+    assert_eq!(
+        s.fake.got(),
+        vec![Got::Apply(MANIFEST.into()), Got::Apply(MANIFEST.into())]
+    );
+}
+
+#[test]
+fn apply_errors() {
+    let s = Server::start();
+    // Checked locally: nothing is sent.
+    let bad = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n";
+    let err = s.ctl_stdin(&["apply", "-f", "-"], bad).fails(1).to_string();
+    assert!(
+        err.starts_with("error: apply <stdin>: document 2 (Deployment \"web\"): unsupported kind"),
+        "{err}"
+    );
+    let err = s
+        .ctl(&["apply", "-f", "/nonexistent/flowmesh.yaml"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.starts_with("error: apply /nonexistent/flowmesh.yaml: cannot read the file:"),
+        "{err}"
+    );
+    assert_eq!(s.fake.got(), vec![]);
+    // Refused by the server.
+    let taken =
+        "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: taken\nnetid: 5\n";
+    let err = s
+        .ctl_stdin(&["apply", "-f", "-"], taken)
+        .fails(1)
+        .to_string();
+    assert_eq!(
+        err,
+        "error: apply <stdin>: document 1 (Namespace \"taken\"): netid 5 is in use by namespace \"red\" (fix the manifest and apply it again)\n"
+    );
+}
+
+#[test]
+fn dump_flows_views() {
+    let s = Server::start();
+    assert_eq!(
+        s.ctl(&["dump-flows", "node-1"]).ok(),
+        " cookie=0x0, table=0, priority=100,ip actions=goto_table:20\n cookie=0x0, table=0, priority=0 actions=drop\n"
+    );
+    assert_eq!(
+        s.ctl(&["dump-flows", "node-1", "--installed"])
+            .ok()
+            .lines()
+            .count(),
+        1
+    );
+    assert!(s
+        .ctl(&["dump-flows", "node-1", "--diff"])
+        .ok()
+        .starts_with("+ cookie"));
+    assert_eq!(
+        s.fake.got(),
+        vec![
+            Got::DumpFlows("node-1".into(), FlowView::Desired as i32),
+            Got::DumpFlows("node-1".into(), FlowView::Installed as i32),
+            Got::DumpFlows("node-1".into(), FlowView::Diff as i32),
+        ]
+    );
+    // A server-side Unavailable is not "cannot reach the controller".
+    let err = s
+        .ctl(&["dump-flows", "node-2", "--installed"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.starts_with(
+            "error: dump flows of node \"node-2\": the switch of node-2 is not connected ("
+        ) && err.contains("flowmeshctl get switches")
+            && !err.contains("cannot reach"),
+        "{err}"
+    );
+    let err = s.ctl(&["dump-flows", "node-9"]).fails(1).to_string();
+    assert!(
+        err.contains("node \"node-9\" not found (add it with:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn trace_verdict_first_and_deciding_step() {
+    let s = Server::start();
+    let out = s
+        .ctl(&[
+            "trace", "--from", "blue/web", "--to", "red/db", "--tcp", "5432",
+        ])
+        .ok()
+        .to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "verdict: BLOCKED: dropped on node-2 (netid 11 may not reach netid 12)"
+    );
+    let header = lines
+        .iter()
+        .position(|l| l.contains("PRIORITY"))
+        .expect("header");
+    assert!(lines[header].contains("NODE") && lines[header].contains("COOKIE"));
+    let steps = &lines[header + 1..header + 4];
+    assert!(steps[0].starts_with("  ") && steps[0].contains("node-1"));
+    assert!(steps[1].contains(" 0x100000002 ") && steps[1].ends_with("# from VXLAN"));
+    assert!(steps[2].starts_with("=>") && steps[2].contains("priority=0 actions=drop"));
+    assert!(out.contains("decided by table 80 on node-2"));
+    s.ctl(&[
+        "trace",
+        "--from",
+        "blue/web",
+        "--to",
+        "172.30.0.10",
+        "--udp",
+        "53",
+    ])
+    .ok();
+    s.ctl(&["trace", "--from", "blue/web", "--to", "red/db"])
+        .ok();
+    let traces: Vec<admin::TraceRequest> = s
+        .fake
+        .got()
+        .into_iter()
+        .filter_map(|g| match g {
+            Got::Trace(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let summary: Vec<(&str, &str, &str, u32)> = traces
+        .iter()
+        .map(|t| {
+            (
+                t.from.as_str(),
+                t.to.as_str(),
+                t.protocol.as_str(),
+                t.dst_port,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("blue/web", "red/db", "tcp", 5432),
+            ("blue/web", "172.30.0.10", "udp", 53),
+            ("blue/web", "red/db", "icmp", 0),
+        ]
+    );
+    let v = json(
+        s.ctl(&[
+            "trace", "--from", "blue/web", "--to", "red/db", "-o", "json",
+        ])
+        .ok(),
+    );
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["steps"][2]["deciding"], true);
+    assert_eq!(v["steps"][2]["cookie"], "0x50");
+    let err = s
+        .ctl(&["trace", "--from", "nope/x", "--to", "red/db"])
+        .fails(1)
+        .to_string();
+    assert!(
+        err.contains("pod nope/x not found (list pods with: flowmeshctl get pods)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn events_print_one_line_each() {
+    let s = Server::start();
+    let out = s.ctl(&["get", "events"]).ok().to_string();
+    assert_eq!(
+        out,
+        "2024-02-29T12:34:56.789Z  NamespaceCreated  namespace/blue  netid 11\n2024-02-29T12:34:57.000Z  PodAttached  pod/blue/web  10.128.0.5 on node-1\n"
+    );
+    // The fake's stream ends, so --watch ends too.
+    let out = s.ctl(&["events", "--watch", "-o", "json"]).ok().to_string();
+    let lines: Vec<serde_json::Value> = out.lines().map(json).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["object"], "pod/blue/web");
+    assert_eq!(lines[1]["timeUnixMs"], 1_709_210_097_000_i64);
+}
+
+#[test]
+fn timeout_names_the_operation() {
+    let s = Server::start();
+    let started = std::time::Instant::now();
+    let err = s
+        .ctl(&[
+            "--timeout",
+            "300ms",
+            "pod",
+            "attach",
+            "--node",
+            "node-1",
+            "-n",
+            "blue",
+            "--name",
+            "slow",
+            "--port",
+            "p",
+        ])
+        .fails(1)
+        .to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "did not time out"
+    );
+    assert!(
+        err.starts_with(
+            "error: attach pod \"blue/slow\": no answer from the controller within 300ms"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreachable_server() {
+    // A port nobody listens on: bind, note it, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let r = ctl(&["--server", &url, "get", "pods"], None);
+    let err = r.fails(1);
+    assert!(
+        err.starts_with(&format!(
+            "error: cannot reach flowmesh-controller at {url}: "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("(is it running? set --server or FLOWMESH_SERVER)"),
+        "{err}"
+    );
+    // FLOWMESH_SERVER is honoured, and host:port gets http://.
+    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+        .args(["namespace", "create", "x"])
+        .env("FLOWMESH_SERVER", format!("127.0.0.1:{port}"))
+        .output()
+        .expect("run flowmeshctl");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&url));
+}
+
+#[test]
+fn flowmesh_server_env_reaches_the_fake() {
+    let s = Server::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+        .args(["get", "netns", "red", "-o", "json"])
+        .env("FLOWMESH_SERVER", &s.url)
+        .output()
+        .expect("run flowmeshctl");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        json(&String::from_utf8_lossy(&out.stdout)),
+        serde_json::json!([{"name": "red", "netid": 12}])
+    );
+}
