@@ -1,13 +1,205 @@
-//! `flowmeshctl apply -f`: Kubernetes-style YAML objects applied through the same operations
-//! as the API calls.
+//! `flowmeshctl apply -f`: Kubernetes-style YAML objects applied in ONE transaction. Either
+//! every object is applied (stored, flows acknowledged) or none is. Applying the same file
+//! twice changes nothing the second time.
 
-use crate::core::CoreHandle;
+use crate::core::{
+    cursors_change, namespace_change, node_change, pod_change, CoreHandle, Effects, Event,
+};
 use crate::error::ApiError;
+use crate::manifest::{self, ClusterNetworkSpec, ManifestObject, NetworkMode};
+use crate::ops::check_name;
+use crate::state::{Change, Record};
+use topology::{
+    Affected, ClusterModel, ClusterNetworkConfig, ClusterNetworkEntry, Ipv4Cidr, Mode, PodAttach,
+};
 
-/// Apply a multi-document YAML; returns one result line per object.
+/// Apply a multi-document YAML; returns one result line per object (`namespace/a created`).
 pub async fn apply_yaml(core: &CoreHandle, yaml: &str) -> Result<Vec<String>, ApiError> {
-    let _ = (core, yaml);
-    Err(ApiError::Internal(
-        "apply is being wired to the manifest parser".into(),
-    ))
+    let objects = manifest::parse(yaml).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    if objects.is_empty() {
+        return Err(ApiError::Invalid("the file holds no objects".into()));
+    }
+    core.mutate(move |m| {
+        let before = m.clone();
+        let mut fx = Effects::default();
+        let mut results = Vec::new();
+        for o in &objects {
+            match apply_one(m, o, &mut fx) {
+                Ok(r) => results.push(format!("{} {r}", o.describe())),
+                Err(e) => {
+                    *m = before;
+                    return Err(prefix(&o.describe(), e));
+                }
+            }
+        }
+        fx.changes.push(cursors_change(m));
+        Ok((results, fx))
+    })
+    .await
+}
+
+fn prefix(what: &str, e: ApiError) -> ApiError {
+    match e {
+        ApiError::NotFound(s) => ApiError::NotFound(format!("{what}: {s}")),
+        ApiError::AlreadyExists(s) => ApiError::AlreadyExists(format!("{what}: {s}")),
+        ApiError::Invalid(s) => ApiError::Invalid(format!("{what}: {s}")),
+        ApiError::FailedPrecondition(s) => ApiError::FailedPrecondition(format!("{what}: {s}")),
+        ApiError::Exhausted(s) => ApiError::Exhausted(format!("{what}: {s}")),
+        ApiError::Unavailable(s) => ApiError::Unavailable(format!("{what}: {s}")),
+        ApiError::Internal(s) => ApiError::Internal(format!("{what}: {s}")),
+    }
+}
+
+fn merge(fx: &mut Effects, a: Affected) {
+    fx.affected.merge(a);
+}
+
+fn apply_one(
+    m: &mut ClusterModel,
+    o: &ManifestObject,
+    fx: &mut Effects,
+) -> Result<&'static str, ApiError> {
+    match o {
+        ManifestObject::Namespace(ns) => {
+            check_name("namespace", &ns.name)?;
+            let existed = m.namespace(&ns.name);
+            let (info, a) = m.add_namespace(&ns.name)?;
+            merge(fx, a);
+            let mut verb = if existed.is_some() {
+                "unchanged"
+            } else {
+                "created"
+            };
+            if let Some(want) = ns.netid {
+                if want != info.netid {
+                    if want == 0 {
+                        merge(fx, m.make_global(&ns.name)?);
+                    } else if let Some(other) = {
+                        let found = m
+                            .namespaces()
+                            .find(|n| n.netid == want && n.name != ns.name);
+                        found.map(|n| n.name)
+                    } {
+                        merge(fx, m.join(&[ns.name.as_str()], &other)?);
+                    } else {
+                        return Err(ApiError::Invalid(format!(
+                            "netid {want} is used by no namespace; NETIDs are allocated by flowmesh (leave netid out, or use join-projects)"
+                        )));
+                    }
+                    verb = "configured";
+                }
+            }
+            fx.changes.push(namespace_change(m, &ns.name));
+            if verb != "unchanged" {
+                fx.events.push(Event::now(
+                    "NamespaceCreated",
+                    format!("namespace/{}", ns.name),
+                    format!("namespace {} applied", ns.name),
+                ));
+            }
+            Ok(verb)
+        }
+        ManifestObject::Node(n) => {
+            check_name("node", &n.name)?;
+            let existed = m.node(&n.name).cloned();
+            let (info, a) = m.add_node(&n.name, n.node_ip, n.dpid)?;
+            if let Some(s) = &n.subnet {
+                if s.parse::<Ipv4Cidr>().ok() != Some(info.subnet) {
+                    return Err(ApiError::Invalid(format!(
+                        "subnet {s} was requested but the node has {}; subnets are allocated by flowmesh (leave subnet out)",
+                        info.subnet
+                    )));
+                }
+            }
+            merge(fx, a);
+            fx.changes.push(node_change(m, &n.name));
+            Ok(match existed {
+                None => "created",
+                Some(old) if old == info => "unchanged",
+                Some(_) => "configured",
+            })
+        }
+        ManifestObject::Pod(p) => {
+            check_name("pod", &p.name)?;
+            let ofport = p.ofport.ok_or_else(|| {
+                ApiError::Invalid("the annotation flowmesh.io/ofport is required (the OpenFlow port of flowmesh.io/ovs-port)".into())
+            })?;
+            if let Some(old) = m.pod(&p.namespace, &p.name) {
+                if old.node == p.node && old.port_name == p.port_name && old.ofport == ofport {
+                    return Ok("unchanged");
+                }
+                return Err(ApiError::AlreadyExists(format!(
+                    "pod {}/{} is attached on {} port {} (detach it first)",
+                    p.namespace, p.name, old.node, old.port_name
+                )));
+            }
+            if m.namespace(&p.namespace).is_none() {
+                return Err(ApiError::from(topology::ModelError::UnknownNamespace(
+                    p.namespace.clone(),
+                )));
+            }
+            let (_, a) = m.add_pod(PodAttach {
+                namespace: &p.namespace,
+                name: &p.name,
+                node: &p.node,
+                port_name: &p.port_name,
+                ofport,
+            })?;
+            merge(fx, a);
+            fx.changes.push(pod_change(m, &p.namespace, &p.name));
+            fx.changes.push(node_change(m, &p.node));
+            Ok("created")
+        }
+        ManifestObject::ClusterNetwork(c) => {
+            let cfg = to_config(c, m.config())?;
+            if &cfg == m.config() {
+                return Ok("unchanged");
+            }
+            merge(fx, m.update_config(cfg.clone())?);
+            fx.changes.push(Change::Put(Record::ClusterNetwork(cfg)));
+            Ok("configured")
+        }
+    }
+}
+
+fn to_config(
+    c: &ClusterNetworkSpec,
+    current: &ClusterNetworkConfig,
+) -> Result<ClusterNetworkConfig, ApiError> {
+    let mut ranges = Vec::new();
+    for r in &c.cluster_networks {
+        let cidr: Ipv4Cidr = r
+            .cidr
+            .parse()
+            .map_err(|e| ApiError::Invalid(format!("clusterNetworks cidr {:?}: {e}", r.cidr)))?;
+        let host_prefix = u8::try_from(r.host_prefix).map_err(|_| {
+            ApiError::Invalid(format!("hostPrefix {} is out of range", r.host_prefix))
+        })?;
+        ranges.push(ClusterNetworkEntry { cidr, host_prefix });
+    }
+    let service_network = match &c.service_network {
+        Some(s) => s
+            .parse()
+            .map_err(|e| ApiError::Invalid(format!("serviceNetwork {s:?}: {e}")))?,
+        None => current.service_network,
+    };
+    let cfg = ClusterNetworkConfig {
+        cluster_networks: if ranges.is_empty() {
+            current.cluster_networks.clone()
+        } else {
+            ranges
+        },
+        service_network,
+        mode: match c.mode {
+            Some(NetworkMode::Subnet) => Mode::Subnet,
+            Some(NetworkMode::Multitenant) => Mode::Multitenant,
+            Some(NetworkMode::NetworkPolicy) => Mode::Networkpolicy,
+            None => current.mode,
+        },
+        vxlan_port: c.vxlan_port.unwrap_or(current.vxlan_port),
+        mtu: c.mtu.unwrap_or(current.mtu),
+    };
+    cfg.validate()
+        .map_err(|e| ApiError::Invalid(e.to_string()))?;
+    Ok(cfg)
 }

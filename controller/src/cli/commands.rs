@@ -50,7 +50,33 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::DumpFlows(d) => dump_flows(&s, d).await,
         Command::Trace(t) => trace(&s, t).await,
         Command::Events(e) => events(&s, e.watch, e.output).await,
+        Command::OfpPrint { hex } => ofp_print(hex),
     }
+}
+
+/// `ofp-print HEX`: decode locally with the codec, print like `ovs-ofctl ofp-print`.
+fn ofp_print(hex: Vec<String>) -> Result<(), CliError> {
+    let text = if hex.is_empty() {
+        let mut buf = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| CliError::Decode(format!("reading hex from standard input: {e}")))?;
+        buf
+    } else {
+        hex.join(" ")
+    };
+    let bytes =
+        ofproto::parse_hex(&text).map_err(|e| CliError::Decode(format!("ofp-print: {e}")))?;
+    if bytes.is_empty() {
+        return Err(CliError::Decode("ofp-print: no bytes given".into()));
+    }
+    let out = ofproto::ofp_print(&bytes)
+        .map_err(|e| CliError::Decode(format!("ofp-print: cannot decode the message: {e}")))?;
+    let out = if out.ends_with('\n') {
+        out
+    } else {
+        format!("{out}\n")
+    };
+    print(&out)
 }
 
 /// Write to stdout; a closed pipe ends the command quietly.

@@ -120,6 +120,9 @@ pub enum CliError {
     /// Output could not be rendered or written.
     #[error("writing output: {0}")]
     Output(String),
+    /// Bytes given to `ofp-print` that do not decode.
+    #[error("{0}")]
+    Decode(String),
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("standard output closed")]
     StdoutClosed,

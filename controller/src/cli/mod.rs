@@ -58,6 +58,13 @@ pub enum Command {
     Trace(TraceArgs),
     /// Print controller events (with --watch, follow them).
     Events(EventsArgs),
+    /// Decode OpenFlow messages given as hex (one message or a stream) and print them as
+    /// `ovs-ofctl ofp-print` does. Needs no controller.
+    OfpPrint {
+        /// Hex bytes; several arguments are joined, whitespace, ':' and '0x' are ignored.
+        /// With no argument, hex is read from standard input.
+        hex: Vec<String>,
+    },
 }
 
 /// `node ...`
