@@ -312,6 +312,8 @@ pub struct CniCall {
     pub config: Value,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// Raw stdin instead of `config` (to send malformed input).
+    pub raw_stdin: Option<String>,
 }
 
 impl CniCall {
@@ -347,6 +349,7 @@ impl CniCall {
             args,
             config: netconf(socket),
             env: Vec::new(),
+            raw_stdin: None,
         }
     }
 
@@ -414,7 +417,10 @@ pub fn invoke_cni(lab: &NetnsLab, node: usize, call: &CniCall) -> Result<CniOutc
         program: command_line(&cmd),
         source,
     })?;
-    let body = call.config.to_string();
+    let body = call
+        .raw_stdin
+        .clone()
+        .unwrap_or_else(|| call.config.to_string());
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(body.as_bytes())
