@@ -479,3 +479,66 @@ pub fn bind_tcp_in_netns(ns: &str, addr: SocketAddr) -> Result<TcpListener> {
     .join()
     .map_err(|_| HarnessError::Invalid("bind thread panicked".into()))?
 }
+
+/// A pod created through flowmesh-cni by [`add_pod_via_cni`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CniPod {
+    /// Node number.
+    pub node: usize,
+    /// The pod's network namespace (deleted with the lab).
+    pub ns: String,
+    /// Its address, from the CNI result.
+    pub ip: std::net::Ipv4Addr,
+    /// Host end of its veth (the OVS port), from the CNI result.
+    pub host_veth: String,
+    /// The ADD call (use `with_command("DEL")` to remove the pod).
+    pub call: CniCall,
+    /// The ADD result.
+    pub result: Value,
+    /// How long the ADD took (exec to exit).
+    pub add_time: Duration,
+}
+
+/// Creates namespace `<lab id>-<name>`, runs CNI ADD for it on node `node` (container id
+/// `<name>`, pod `pod_namespace/name`, eth0) against `shim`, and turns TX checksum offload off
+/// in the pod (TCP over the userspace datapath needs it). A failed ADD is an error carrying
+/// the plugin's output.
+pub fn add_pod_via_cni(
+    lab: &NetnsLab,
+    node: usize,
+    shim: &NodeShim,
+    pod_namespace: &str,
+    name: &str,
+) -> Result<CniPod> {
+    let ns = lab.add_netns(name)?;
+    let call = CniCall::new("ADD", &shim.socket, name, &ns, pod_namespace, name);
+    let out = invoke_cni(lab, node, &call)?;
+    let fail = |why: &str| HarnessError::CommandFailed {
+        command: format!("flowmesh-cni ADD {pod_namespace}/{name} on node {node}"),
+        status: format!("exit {}", out.exit_code),
+        stderr: format!("{why}; {}", out.stderr.trim()),
+        stdout: out.raw_stdout.clone(),
+    };
+    if out.exit_code != 0 {
+        return Err(fail("non-zero exit"));
+    }
+    let ip = out.stdout["ips"][0]["address"]
+        .as_str()
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| fail("no ips[0].address in the result"))?;
+    let host_veth = out.stdout["interfaces"][0]["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| fail("no interfaces[0].name in the result"))?;
+    lab.tx_offload_off(&ns, &call.ifname)?;
+    Ok(CniPod {
+        node,
+        ns,
+        ip,
+        host_veth,
+        result: out.stdout.clone(),
+        add_time: out.elapsed,
+        call,
+    })
+}

@@ -386,6 +386,19 @@ fn cni_add_latency_20_pods_and_concurrent_requests() {
     assert_eq!(distinct.len(), 20, "duplicate addresses");
     assert_eq!(ports(&lab).len(), baseline.1.len() + 20);
 
+    // GC keeps the first 10 attachments and removes the other 10.
+    let mut gc = calls[0].with_command("GC");
+    gc.config["cniVersion"] = json!("1.1.0");
+    gc.config["cni.dev/valid-attachments"] = calls[..10]
+        .iter()
+        .map(|c| json!({"containerID": c.container_id, "ifname": c.ifname}))
+        .collect();
+    ok(&invoke_cni(&lab, 1, &gc).expect("GC"), "GC");
+    assert_eq!(fake.state().pods.len(), 10);
+    assert_eq!(ports(&lab).len(), baseline.1.len() + 10);
+    let kept: Vec<String> = (0..10).map(|i| format!("pod-{i}")).collect();
+    assert!(fake.state().pods.keys().all(|(_, n)| kept.contains(n)));
+
     // Concurrent DELs (all at once), then concurrent ADDs of the same pods, then DELs.
     let run_all = |cmd: &str| {
         std::thread::scope(|s| {
