@@ -1,0 +1,184 @@
+//! `flowmesh-shim`'s main loop: register the node, set it up, serve the CNI socket until
+//! SIGTERM/SIGINT.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use proto::node::RegisterNodeRequest;
+use tracing::{info, warn};
+
+use crate::netlink::{Netlink, NetlinkError};
+use crate::node::{ensure_node, BridgeSpec, NodeSettings, SetupError};
+use crate::nodeapi::{NodeApi, NodeApiError};
+use crate::ovs::Vsctl;
+use crate::pod::PodManager;
+use crate::protocol::DEFAULT_SOCKET;
+use crate::server::{self, SocketError};
+
+/// Command line of `flowmesh-shim`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "flowmesh-shim",
+    about = "flowmesh node daemon: br0, tun0, host NAT and the CNI socket"
+)]
+pub struct Args {
+    /// Node name, as registered with the controller.
+    #[arg(long)]
+    pub node_name: String,
+    /// The node's underlay IPv4 address (VXLAN endpoint).
+    #[arg(long)]
+    pub node_ip: Ipv4Addr,
+    /// The controller's node API (gRPC), e.g. http://172.31.0.254:6640.
+    #[arg(long)]
+    pub controller: String,
+    /// OpenFlow controller target set on the bridge, e.g. tcp:172.31.0.254:6653.
+    #[arg(long)]
+    pub openflow_target: Option<String>,
+    /// Datapath id of the bridge, hexadecimal (1 to 16 digits, optional 0x).
+    #[arg(long, value_parser = parse_dpid)]
+    pub dpid: u64,
+    /// Integration bridge.
+    #[arg(long, default_value = "br0")]
+    pub bridge: String,
+    /// Bridge datapath_type to set (e.g. netdev for the userspace datapath).
+    #[arg(long)]
+    pub datapath_type: Option<String>,
+    /// Path of the CNI socket (its directory becomes mode 0700, owned by root).
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    pub cni_socket: PathBuf,
+    /// Deadline of each node API call, in seconds (AttachPod waits for the flows).
+    #[arg(long, default_value_t = 30)]
+    pub node_api_timeout: u64,
+    /// Register and set the node up, print the changes made as JSON, and exit.
+    #[arg(long)]
+    pub setup_only: bool,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Parses a hexadecimal datapath id.
+pub fn parse_dpid(s: &str) -> Result<u64, String> {
+    let hex = s.strip_prefix("0x").unwrap_or(s);
+    if hex.is_empty() || hex.len() > 16 {
+        return Err(format!("{s:?}: a datapath id has 1 to 16 hex digits"));
+    }
+    u64::from_str_radix(hex, 16).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Why the shim stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Bad --controller URL.
+    #[error("bad --controller URL {0}")]
+    Url(String),
+    /// RegisterNode was refused.
+    #[error(transparent)]
+    Register(#[from] NodeApiError),
+    /// Node setup failed.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// Netlink could not be opened.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The CNI socket could not be served.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// Signal handling could not be installed.
+    #[error("signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Registers until the controller answers (retrying while it is unreachable).
+async fn register(api: &NodeApi, args: &Args) -> Result<proto::node::NodeConfig, NodeApiError> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let req = RegisterNodeRequest {
+            name: args.node_name.clone(),
+            node_ip: args.node_ip.to_string(),
+            dpid: args.dpid,
+        };
+        match api.register(req).await {
+            Ok(c) => return Ok(c),
+            Err(e) if e.is_transient() => {
+                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "controller not reachable yet");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs the shim.
+pub async fn run(args: Args) -> Result<(), DaemonError> {
+    let api = NodeApi::new(&args.controller, Duration::from_secs(args.node_api_timeout))
+        .map_err(|e| DaemonError::Url(format!("{}: {e}", args.controller)))?;
+    let config = register(&api, &args).await?;
+    let settings = NodeSettings::try_from(&config)?;
+    info!(node = %settings.node, subnet = %settings.subnet, gateway = %settings.gateway, mtu = settings.mtu, "registered");
+    let vsctl = Vsctl::default();
+    let nl = Netlink::connect()?;
+    let spec = BridgeSpec {
+        bridge: args.bridge.clone(),
+        datapath_type: args.datapath_type.clone(),
+        dpid: args.dpid,
+        controller: args.openflow_target.clone(),
+        node_ip: args.node_ip,
+    };
+    let changes = ensure_node(&vsctl, &nl, &spec, &settings).await?;
+    info!(changes = changes.len(), "node set up");
+    for c in &changes {
+        info!(change = %c, "setup");
+    }
+    if args.setup_only {
+        println!("{}", serde_json::json!({ "changes": changes }));
+        return Ok(());
+    }
+    let listener = server::bind(&args.cni_socket)?;
+    info!(socket = %args.cni_socket.display(), "serving CNI requests");
+    let pods = Arc::new(PodManager::new(
+        vsctl,
+        nl,
+        api,
+        args.bridge.clone(),
+        settings,
+    ));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(DaemonError::Signal)?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        info!("shutting down");
+    };
+    server::serve(listener, args.cni_socket.clone(), pods, shutdown).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dpids_are_hex() {
+        assert_eq!(parse_dpid("0000000000000001"), Ok(1));
+        assert_eq!(parse_dpid("0xff"), Ok(255));
+        assert!(parse_dpid("").is_err());
+        assert!(parse_dpid("00000000000000001").is_err());
+        assert!(parse_dpid("xyz").is_err());
+    }
+}

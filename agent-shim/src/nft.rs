@@ -1,0 +1,123 @@
+//! The host's nftables table that masquerades pod traffic leaving the cluster networks, so a
+//! host outside the cluster sees the node's address (openshift-sdn's OPENSHIFT-MASQUERADE).
+
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::net::Ipv4Net;
+
+/// Family and name of flowmesh's table.
+pub const TABLE: &str = "ip flowmesh";
+
+/// `nft` failures.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    /// nft could not be started or fed.
+    #[error("cannot run nft: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// nft refused the ruleset.
+    #[error("nft -f failed ({status}): {stderr}")]
+    Failed {
+        /// Exit status.
+        status: String,
+        /// Its stderr.
+        stderr: String,
+    },
+}
+
+/// The table, written exactly as `nft list table ip flowmesh` prints it (so the two compare
+/// equal token by token when nothing needs changing). Networks are sorted and deduplicated.
+pub fn render(cluster_networks: &[Ipv4Net]) -> String {
+    let mut nets: Vec<Ipv4Net> = cluster_networks.iter().map(Ipv4Net::network).collect();
+    nets.sort();
+    nets.dedup();
+    let elements = nets
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "table {TABLE} {{\n\
+         \tset cluster-networks {{\n\
+         \t\ttype ipv4_addr\n\
+         \t\tflags interval\n\
+         \t\telements = {{ {elements} }}\n\
+         \t}}\n\
+         \n\
+         \tchain postrouting {{\n\
+         \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+         \t\tip saddr @cluster-networks ip daddr != @cluster-networks masquerade\n\
+         \t}}\n\
+         }}\n"
+    )
+}
+
+/// Whether two rulesets are the same text up to whitespace.
+pub fn same_ruleset(a: &str, b: &str) -> bool {
+    a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// The current table as nft lists it (None when it does not exist).
+pub async fn current() -> Result<Option<String>, NftError> {
+    let out = Command::new("nft")
+        .args(["list", "table", "ip", "flowmesh"])
+        .output()
+        .await?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// Makes the table match `render(cluster_networks)`; replaces it atomically (one `nft -f`
+/// transaction) only when it differs. Returns whether it changed anything.
+pub async fn ensure(cluster_networks: &[Ipv4Net]) -> Result<bool, NftError> {
+    let want = render(cluster_networks);
+    if current()
+        .await?
+        .is_some_and(|have| same_ruleset(&have, &want))
+    {
+        return Ok(false);
+    }
+    // Declaring the table first makes the delete valid whether or not it exists.
+    let script = format!("table {TABLE}\ndelete table {TABLE}\n{want}");
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes()).await?;
+    }
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        return Err(NftError::Failed {
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_sorts_masks_and_dedups() {
+        let nets: Vec<Ipv4Net> = ["10.200.0.0/16", "10.128.0.1/14", "10.128.0.0/14"]
+            .iter()
+            .map(|s| s.parse().expect("valid"))
+            .collect();
+        let text = render(&nets);
+        assert!(
+            text.contains("elements = { 10.128.0.0/14, 10.200.0.0/16 }"),
+            "{text}"
+        );
+        assert!(same_ruleset(&text, &text.replace('\t', "    ")));
+        assert!(!same_ruleset(&text, &text.replace("masquerade", "accept")));
+    }
+}

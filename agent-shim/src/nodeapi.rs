@@ -1,0 +1,110 @@
+//! The controller's node API as the shim uses it: register the node, attach and detach pods.
+//! Transport failures map to CNI "try again later"; refusals to flowmesh's node-API code.
+
+use std::time::Duration;
+
+use proto::node::node_api_client::NodeApiClient;
+use proto::node::{
+    AttachPodRequest, DetachPodRequest, NodeConfig, PodNetwork, RegisterNodeRequest,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+use crate::cni::{code, CniError};
+
+/// A node API client (cheap to clone; connects lazily and reconnects by itself).
+#[derive(Debug, Clone)]
+pub struct NodeApi {
+    client: NodeApiClient<Channel>,
+    url: String,
+}
+
+/// A failed node API call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("node API {op} at {url}: {status}")]
+pub struct NodeApiError {
+    /// The RPC.
+    pub op: &'static str,
+    /// Controller URL.
+    pub url: String,
+    /// gRPC status.
+    pub status: tonic::Status,
+}
+
+impl NodeApiError {
+    /// Whether retrying later may succeed (the controller is unreachable or slow).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.status.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::Aborted
+        )
+    }
+
+    /// As a CNI error: 11 (try again later) when transient, 103 otherwise.
+    pub fn to_cni(&self) -> CniError {
+        let (c, msg) = if self.is_transient() {
+            (
+                code::TRY_AGAIN,
+                format!("controller unreachable ({})", self.op),
+            )
+        } else {
+            (code::NODE_API, format!("controller refused {}", self.op))
+        };
+        CniError::new(c, msg, self.to_string())
+    }
+}
+
+impl NodeApi {
+    /// A client for `url` (`http://IP:PORT`); `timeout` bounds each call.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, tonic::transport::Error> {
+        let ep = Endpoint::from_shared(url.to_owned())?
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(timeout);
+        Ok(NodeApi {
+            client: NodeApiClient::new(ep.connect_lazy()),
+            url: url.to_owned(),
+        })
+    }
+
+    fn err(&self, op: &'static str) -> impl FnOnce(tonic::Status) -> NodeApiError + '_ {
+        move |status| NodeApiError {
+            op,
+            url: self.url.clone(),
+            status,
+        }
+    }
+
+    /// RegisterNode.
+    pub async fn register(&self, req: RegisterNodeRequest) -> Result<NodeConfig, NodeApiError> {
+        self.client
+            .clone()
+            .register_node(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(self.err("RegisterNode"))
+    }
+
+    /// AttachPod.
+    pub async fn attach(&self, req: AttachPodRequest) -> Result<PodNetwork, NodeApiError> {
+        self.client
+            .clone()
+            .attach_pod(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(self.err("AttachPod"))
+    }
+
+    /// DetachPod; returns whether the pod existed.
+    pub async fn detach(&self, req: DetachPodRequest) -> Result<bool, NodeApiError> {
+        self.client
+            .clone()
+            .detach_pod(req)
+            .await
+            .map(|r| r.into_inner().existed)
+            .map_err(self.err("DetachPod"))
+    }
+}
