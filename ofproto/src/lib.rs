@@ -5,6 +5,7 @@ pub mod action;
 pub mod error;
 pub mod flow;
 pub mod instruction;
+pub mod message;
 pub mod oxm;
 pub mod text;
 pub mod wire;
@@ -16,3 +17,6 @@ pub use flow::{
 };
 pub use instruction::Instruction;
 pub use oxm::{Field, Match, MatchField, OxmHeader};
+pub use message::{
+    decode_frame, decode_message, ofp_print, parse_hex, Framer, Message, MessageHeader,
+};
