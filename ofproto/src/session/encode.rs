@@ -1,7 +1,7 @@
 //! Encoding straight into the session's write buffer, without building a message value per
 //! message: the ONF BUNDLE_ADD framing around a borrowed message.
 
-use crate::message::{msg_type, Message, ONF_EXPERIMENTER_ID, OFP_VERSION};
+use crate::message::{msg_type, Message, OFP_VERSION, ONF_EXPERIMENTER_ID};
 
 /// ONF exp_type of bundle add.
 const ONF_ET_BUNDLE_ADD_MESSAGE: u32 = 2301;

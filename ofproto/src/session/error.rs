@@ -75,10 +75,9 @@ pub fn describe(msg: &Message) -> String {
             r.role, r.generation_id
         ),
         Message::MultipartRequest(m) => format!("MULTIPART_REQUEST type={}", m.mp_type()),
-        Message::BundleControl(b) => format!(
-            "BUNDLE_CONTROL {:?} bundle_id={}",
-            b.ctrl_type, b.bundle_id
-        ),
+        Message::BundleControl(b) => {
+            format!("BUNDLE_CONTROL {:?} bundle_id={}", b.ctrl_type, b.bundle_id)
+        }
         other => format!("message type {}", other.msg_type()),
     }
 }

@@ -21,12 +21,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::message::{BadRequestCode, BundleFailedCode};
 use crate::message::{
     BundleControl, BundleCtrlType, ErrorKind, ErrorMsg, Hello, HelloFailedCode, Message,
     MessageHeader, MultipartReplyBody, MultipartRequest, MultipartRequestBody, Port, PortStatus,
     RoleRequest, SwitchConfig, SwitchFeatures,
 };
-use crate::message::{BadRequestCode, BundleFailedCode};
 
 use super::error::{DisconnectCause, ErrorText};
 
@@ -220,6 +220,8 @@ pub struct SessionFsm<R> {
     last_rx: Instant,
     echo_sent: Option<(u32, Instant)>,
     bundles_supported: bool,
+    /// Bundles whose prepare barrier has not been answered.
+    undecided_bundles: usize,
 }
 
 impl<R> SessionFsm<R> {
@@ -238,6 +240,7 @@ impl<R> SessionFsm<R> {
             last_rx: now,
             echo_sent: None,
             bundles_supported: true,
+            undecided_bundles: 0,
         }
     }
 
@@ -269,9 +272,7 @@ impl<R> SessionFsm<R> {
     /// True while a bundle waits for its prepare barrier: nothing may be written after it
     /// until the commit (or discard) is, or later messages would overtake the commit.
     pub fn bundle_gate_closed(&self) -> bool {
-        self.pending
-            .values()
-            .any(|p| matches!(&p.kind, Kind::Bundle(b) if !b.decided))
+        self.undecided_bundles > 0
     }
 
     /// The connection is up: say HELLO.
@@ -343,6 +344,7 @@ impl<R> SessionFsm<R> {
     /// (`base+n+1`); the state machine sends the commit or the discard itself.
     pub fn begin_bundle(&mut self, n: u32, flags: u16, responder: R) -> u32 {
         let base = self.alloc(n.saturating_add(4));
+        self.undecided_bundles += 1;
         self.pending.insert(
             base,
             Pending {
@@ -417,6 +419,7 @@ impl<R> SessionFsm<R> {
             return;
         }
         self.phase = Phase::Closed;
+        self.undecided_bundles = 0;
         for (_, p) in std::mem::take(&mut self.pending) {
             if let Some(responder) = p.responder {
                 out.push(Output::Complete {
@@ -450,9 +453,7 @@ impl<R> SessionFsm<R> {
             Message::EchoReply(_) => {}
             Message::Hello(h) => self.on_hello(&h, out),
             Message::Error(e) => self.on_error(xid, e, out),
-            Message::FeaturesReply(f) if self.phase == Phase::Features => {
-                self.on_features(f, out)
-            }
+            Message::FeaturesReply(f) if self.phase == Phase::Features => self.on_features(f, out),
             Message::PortStatus(ps) => self.on_port_status(ps, out),
             Message::BarrierReply => self.on_barrier(xid, out),
             Message::MultipartReply(m) => {
@@ -485,9 +486,8 @@ impl<R> SessionFsm<R> {
         }
         if !hello.supports_of13() {
             let offered = hello.versions();
-            let text = format!(
-                "flowmesh speaks only OpenFlow 1.3 (0x04); you offered {offered:02x?}"
-            );
+            let text =
+                format!("flowmesh speaks only OpenFlow 1.3 (0x04); you offered {offered:02x?}");
             out.push(Output::Send {
                 xid: 0,
                 message: Message::Error(ErrorMsg {
@@ -574,6 +574,9 @@ impl<R> SessionFsm<R> {
 
     fn complete(&mut self, base: u32, result: Result<Reply, Failure>, out: &mut Vec<Output<R>>) {
         if let Some(p) = self.pending.remove(&base) {
+            if matches!(&p.kind, Kind::Bundle(b) if !b.decided) {
+                self.undecided_bundles = self.undecided_bundles.saturating_sub(1);
+            }
             if let Some(responder) = p.responder {
                 out.push(Output::Complete { responder, result });
             }
@@ -650,6 +653,7 @@ impl<R> SessionFsm<R> {
             Kind::Bundle(b) if offset == b.n + 1 => {
                 // Prepare barrier: every add has been seen by the switch.
                 b.decided = true;
+                self.undecided_bundles = self.undecided_bundles.saturating_sub(1);
                 let (bundle_id, flags) = (b.bundle_id, b.flags);
                 let commit = b.open_error.is_none() && b.refused.is_none();
                 let ctrl = if commit {
@@ -763,7 +767,9 @@ fn unsupported(e: Option<&ErrorMsg>) -> bool {
         e.map(|e| e.kind),
         Some(
             ErrorKind::BadRequest(
-                BadRequestCode::BadExperimenter | BadRequestCode::BadExpType | BadRequestCode::BadType
+                BadRequestCode::BadExperimenter
+                    | BadRequestCode::BadExpType
+                    | BadRequestCode::BadType
             ) | ErrorKind::BundleFailed(BundleFailedCode::Eperm)
         )
     )

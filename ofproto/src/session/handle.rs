@@ -14,9 +14,7 @@ use crate::message::{
     RoleRequest,
 };
 
-use super::error::{
-    BatchError, BundleError, DisconnectCause, RefusedMessage, RequestError,
-};
+use super::error::{BatchError, BundleError, DisconnectCause, RefusedMessage, RequestError};
 use super::fsm::{Failure, Reply, SwitchInfo};
 
 /// Identifies one connection (a switch that reconnects gets a new one).

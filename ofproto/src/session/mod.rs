@@ -19,7 +19,9 @@ pub mod listener;
 pub mod task;
 pub mod tls;
 
-pub use error::{BatchError, BundleError, DisconnectCause, ErrorText, RefusedMessage, RequestError};
+pub use error::{
+    BatchError, BundleError, DisconnectCause, ErrorText, RefusedMessage, RequestError,
+};
 pub use fsm::{FsmConfig, SwitchInfo};
 pub use handle::{ConnId, SessionEvent, SwitchHandle};
 pub use listener::{Backoff, Connector, EventStream, Listener, Target};

@@ -17,10 +17,10 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::error::DecodeError;
+use crate::message::{BadRequestCode, HEADER_LEN};
 use crate::message::{
     BundleControl, BundleCtrlType, ErrorKind, ErrorMsg, Framer, Message, MessageHeader,
 };
-use crate::message::{BadRequestCode, HEADER_LEN};
 
 use super::encode::{encode_bundle_add, encode_message};
 use super::error::DisconnectCause;
@@ -267,14 +267,20 @@ impl Session {
             ..*h
         };
         if h.msg_type != crate::message::msg_type::ERROR {
-            self.fsm
-                .on_message(&fake, Message::Error(err), Instant::now(), &mut self.outputs);
+            self.fsm.on_message(
+                &fake,
+                Message::Error(err),
+                Instant::now(),
+                &mut self.outputs,
+            );
         }
     }
 
     fn on_command(&mut self, cmd: Command) {
         match cmd {
-            Command::Request { message, reply } => self.jobs.push_back(Job::Request { message, reply }),
+            Command::Request { message, reply } => {
+                self.jobs.push_back(Job::Request { message, reply })
+            }
             Command::Send { message } => self.jobs.push_back(Job::Send { message }),
             Command::Batch { messages, reply } => self.jobs.push_back(Job::Batch {
                 messages,
@@ -302,10 +308,18 @@ impl Session {
 
     /// Encode queued jobs while the buffer is below the low-water mark.
     fn refill(&mut self) {
-        while self.buffered() < self.cfg.write_low_water && !self.fsm.bundle_gate_closed() {
+        while self.buffered() < self.cfg.write_low_water {
             let Some(job) = self.jobs.front_mut() else {
                 break;
             };
+            // A bundle waiting for its prepare barrier holds back later jobs (not itself).
+            let started = matches!(
+                job,
+                Job::Batch { reply: None, .. } | Job::Bundle { reply: None, .. }
+            );
+            if !started && self.fsm.bundle_gate_closed() {
+                break;
+            }
             let high = self.cfg.write_high_water;
             let done = match job {
                 Job::Request { .. } | Job::Send { .. } => {
@@ -350,7 +364,11 @@ impl Session {
                     }
                     let done = *next >= messages.len();
                     if done {
-                        let _ = encode_message(&Message::BarrierRequest, base.wrapping_add(n), &mut self.wbuf);
+                        let _ = encode_message(
+                            &Message::BarrierRequest,
+                            base.wrapping_add(n),
+                            &mut self.wbuf,
+                        );
                     }
                     self.refuse_locally(refused);
                     done

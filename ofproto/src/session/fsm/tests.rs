@@ -109,7 +109,11 @@ fn ready(cfg: FsmConfig) -> (Fsm, Instant) {
         }
         other => panic!("expected Ready, got {other:?}"),
     }
-    assert_eq!(fsm.outstanding(), 0, "SET_CONFIG entry is dropped when ready");
+    assert_eq!(
+        fsm.outstanding(),
+        0,
+        "SET_CONFIG entry is dropped when ready"
+    );
     (fsm, t0)
 }
 
@@ -231,7 +235,9 @@ fn echo_requests_from_the_switch_are_answered_with_its_xid_and_payload() {
 fn multipart_reassembles_parts_until_more_is_clear() {
     let (mut fsm, t0) = ready(FsmConfig::default());
     let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::GroupDesc));
-    let xid = fsm.begin_request(&req, "mp").expect("multipart is a request");
+    let xid = fsm
+        .begin_request(&req, "mp")
+        .expect("multipart is a request");
     for i in 0..5 {
         let mut r = MultipartReply::new(MultipartReplyBody::GroupDesc(Vec::new()));
         r.flags = u16::from(i < 4);
@@ -322,7 +328,13 @@ fn bundle_commits_after_prepare_barrier_and_completes_on_final_barrier() {
     );
     assert!(!fsm.bundle_gate_closed());
     let commit_reply = BundleControl::new(base, BundleCtrlType::CommitReply, 1);
-    assert!(feed(&mut fsm, Message::BundleControl(commit_reply), base + n + 2, t0).is_empty());
+    assert!(feed(
+        &mut fsm,
+        Message::BundleControl(commit_reply),
+        base + n + 2,
+        t0
+    )
+    .is_empty());
     let out = feed(&mut fsm, Message::BarrierReply, base + n + 3, t0);
     assert!(matches!(
         &out[..],
