@@ -17,7 +17,7 @@ pub use flow::{
     Bucket, Flow, FlowMod, FlowModCommand, Group, GroupMod, GroupModCommand, GroupType,
 };
 pub use instruction::Instruction;
-pub use oxm::{Field, Match, MatchField, OxmHeader};
 pub use message::{
     decode_frame, decode_message, ofp_print, parse_hex, Framer, Message, MessageHeader,
 };
+pub use oxm::{Field, Match, MatchField, OxmHeader};
