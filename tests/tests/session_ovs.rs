@@ -37,7 +37,7 @@ fn hundred_bridges_get_ready_and_all_come_back_after_vswitchd_restart() {
     let (listener, mut events) = listen(&rt, SessionConfig::default());
     let t0 = Instant::now();
     let mut sbx = OvsSandbox::builder()
-        .bridges((0..100).map(|i| BridgeSpec::new(format!("br{i}"), u64::from(i) + 1)))
+        .bridges((0..100u32).map(|i| BridgeSpec::new(format!("br{i}"), u64::from(i) + 1)))
         .controller(listener.target())
         .controller_max_backoff_ms(1000)
         .start()
@@ -175,8 +175,15 @@ fn refused_flow_mods_name_the_flow_and_failed_bundles_change_nothing() {
         "table unchanged"
     );
 
-    // 1,000 good flows and one refused only at commit (overlap with an installed flow).
-    let mut overlapping = FlowMod::add(base[0].clone());
+    // 1,000 good flows and one refused only at commit: it overlaps an installed flow (same
+    // table and priority, a wider match) and asks OFPFF_CHECK_OVERLAP.
+    let wider = Flow::new(
+        base[0].table,
+        base[0].priority,
+        Match::new().eth_type(eth_type::IPV4),
+    )
+    .apply(vec![Action::output(3)]);
+    let mut overlapping = FlowMod::add(wider);
     overlapping.flow.flags = flow_flags::CHECK_OVERLAP;
     let mut msgs = good(1000..2000);
     msgs.push(Message::FlowMod(overlapping.clone()));

@@ -111,8 +111,24 @@ pub(crate) enum Command {
     Ports {
         reply: oneshot::Sender<BTreeMap<u32, Port>>,
     },
+    /// Write-side statistics.
+    Stats {
+        reply: oneshot::Sender<SessionStats>,
+    },
     /// Close the connection.
     Close,
+}
+
+/// Write-side statistics of a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Bytes written to the socket.
+    pub bytes_written: u64,
+    /// Most bytes ever waiting in the write buffer (bounded by the high-water mark plus one
+    /// message and a few control messages).
+    pub max_buffered: usize,
+    /// Messages encoded for batches and bundles.
+    pub bulk_messages: u64,
 }
 
 /// Drives one switch connection. Cheap to clone; every method is a message to the task that
@@ -270,6 +286,13 @@ impl SwitchHandle {
     pub async fn ports(&self) -> Result<BTreeMap<u32, Port>, DisconnectCause> {
         let (tx, rx) = oneshot::channel();
         self.command(Command::Ports { reply: tx }).await?;
+        rx.await.map_err(|_| self.gone())
+    }
+
+    /// Write-side statistics.
+    pub async fn stats(&self) -> Result<SessionStats, DisconnectCause> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Stats { reply: tx }).await?;
         rx.await.map_err(|_| self.gone())
     }
 

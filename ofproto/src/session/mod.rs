@@ -23,7 +23,7 @@ pub use error::{
     BatchError, BundleError, DisconnectCause, ErrorText, RefusedMessage, RequestError,
 };
 pub use fsm::{FsmConfig, SwitchInfo};
-pub use handle::{ConnId, SessionEvent, SwitchHandle};
+pub use handle::{ConnId, SessionEvent, SessionStats, SwitchHandle};
 pub use listener::{Backoff, Connector, EventStream, Listener, Target};
 pub use task::{run_session, SessionConfig};
 pub use tls::{server_config, TlsError, TlsPem};

@@ -25,7 +25,7 @@ use crate::message::{
 use super::encode::{encode_bundle_add, encode_message};
 use super::error::DisconnectCause;
 use super::fsm::{Failure, FsmConfig, Output, SessionFsm};
-use super::handle::{Command, ConnId, ReplyTx, SessionEvent, SwitchHandle};
+use super::handle::{Command, ConnId, ReplyTx, SessionEvent, SessionStats, SwitchHandle};
 
 /// Options of a session task.
 #[derive(Clone, Debug)]
@@ -97,6 +97,7 @@ struct Session {
     jobs: VecDeque<Job>,
     outputs: Vec<Output<Responder>>,
     close: Option<DisconnectCause>,
+    stats: SessionStats,
 }
 
 /// Runs a session on an established connection until it ends; reports everything on
@@ -126,6 +127,7 @@ where
         jobs: VecDeque::new(),
         outputs: Vec::new(),
         close: None,
+        stats: SessionStats::default(),
     };
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut framer = Framer::new();
@@ -158,6 +160,7 @@ where
                 Ok(None) => needs_flush = false,
                 Ok(Some(0)) => s.close_with(DisconnectCause::Io("socket accepted no bytes".into())),
                 Ok(Some(n)) => {
+                    s.stats.bytes_written += n as u64;
                     s.wpos += n;
                     needs_flush = true;
                     if s.wpos == s.wbuf.len() {
@@ -302,6 +305,9 @@ impl Session {
             Command::Ports { reply } => {
                 let _ = reply.send(self.fsm.ports().clone());
             }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats);
+            }
             Command::Close => self.close_with(DisconnectCause::LocalClose),
         }
     }
@@ -361,6 +367,7 @@ impl Session {
                             }
                         }
                         *next += 1;
+                        self.stats.bulk_messages += 1;
                     }
                     let done = *next >= messages.len();
                     if done {
@@ -416,6 +423,7 @@ impl Session {
                             }
                         }
                         *next += 1;
+                        self.stats.bulk_messages += 1;
                     }
                     let done = *next >= messages.len();
                     if done {
@@ -430,6 +438,11 @@ impl Session {
                 self.jobs.pop_front();
             }
         }
+        self.note_buffered();
+    }
+
+    fn note_buffered(&mut self) {
+        self.stats.max_buffered = self.stats.max_buffered.max(self.buffered());
     }
 
     /// A message that could not be encoded is refused as if the switch had (OFPBRC_BAD_LEN).
