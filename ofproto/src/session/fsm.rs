@@ -366,6 +366,11 @@ impl<R> SessionFsm<R> {
         base
     }
 
+    /// True if an outstanding request owns `xid`.
+    pub fn awaits(&self, xid: u32) -> bool {
+        self.owner(xid).is_some()
+    }
+
     /// The entry whose xid range holds `xid`.
     fn owner(&self, xid: u32) -> Option<u32> {
         let (&base, p) = self.pending.range(..=xid).next_back()?;

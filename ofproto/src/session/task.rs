@@ -260,7 +260,7 @@ impl Session {
             msg_type = h.msg_type,
             "could not decode a message from the switch: {e}"
         );
-        // Let the state machine see the xid so a request waiting for it does not hang.
+        // A request waiting for this xid fails instead of hanging.
         let err = ErrorMsg {
             kind: ErrorKind::BadRequest(BadRequestCode::BadLen),
             data: format!("undecodable reply: {e}").into_bytes(),
@@ -269,7 +269,7 @@ impl Session {
             msg_type: crate::message::msg_type::ERROR,
             ..*h
         };
-        if h.msg_type != crate::message::msg_type::ERROR {
+        if h.msg_type != crate::message::msg_type::ERROR && self.fsm.awaits(h.xid) {
             self.fsm.on_message(
                 &fake,
                 Message::Error(err),

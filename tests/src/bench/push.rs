@@ -123,6 +123,16 @@ pub fn main(args: &[String]) -> Result<(), String> {
     clear(&sbx)?;
     raw_conn.replay(&raw, 0x5000 + n + 1)?;
     check_count(&sbx, n)?;
+    // The text file and the encoded messages are the same flows.
+    let diff = sbx
+        .ofctl(&["diff-flows", BRIDGE, &text_path])
+        .map_err(|e| format!("diff-flows: {e}"))?;
+    if !diff.trim().is_empty() {
+        return Err(format!(
+            "ovs-ofctl text and encoded flows differ:\n{}",
+            diff.lines().take(6).collect::<Vec<_>>().join("\n")
+        ));
+    }
 
     let (mut ours, mut ofctl, mut rawt) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..reps {
