@@ -359,7 +359,7 @@ fn echo_timeout_detects_a_stopped_vswitchd() {
 }
 
 #[test]
-fn connector_dials_a_bridge_management_socket() {
+fn connector_dials_a_bridge_management_socket_and_reports_port_changes() {
     let rt = runtime();
     let sbx = OvsSandbox::builder()
         .bridge(BridgeSpec::new("br0", 0x2a))
@@ -374,6 +374,27 @@ fn connector_dials_a_bridge_management_socket() {
     rt.block_on(h.flow_mod(FlowMod::add(overlay_flow(4))))
         .expect("flow-mod over the management socket");
     assert_eq!(sbx.dump_flows("br0").expect("dump").len(), 1);
+
+    // Port changes arrive as events and update the session's port map.
+    sbx.add_port("br0", "pod9", 9).expect("add port");
+    let status = wait_for(&rt, &mut events, Duration::from_secs(10), |ev| match ev {
+        SessionEvent::PortStatus { dpid, status, .. } if status.desc.port_no == 9 => {
+            assert_eq!(dpid, 0x2a);
+            Some(status)
+        }
+        _ => None,
+    })
+    .expect("PORT_STATUS for the new port");
+    assert_eq!(status.reason, 0, "OFPPR_ADD");
+    assert_eq!(status.desc.name_str(), "br0-pod9");
+    let ports = rt.block_on(h.ports()).expect("ports");
+    assert!(ports.contains_key(&9), "{:?}", ports.keys());
+    sbx.del_port("br0", "pod9").expect("del port");
+    wait_for(&rt, &mut events, Duration::from_secs(10), |ev| match ev {
+        SessionEvent::PortStatus { status, .. } if status.reason == 1 => Some(()),
+        _ => None,
+    })
+    .expect("PORT_STATUS delete");
 }
 
 #[test]
