@@ -7,6 +7,7 @@ pub mod flow;
 pub mod instruction;
 pub mod message;
 pub mod oxm;
+pub mod session;
 pub mod text;
 pub mod wire;
 

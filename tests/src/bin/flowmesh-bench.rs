@@ -1,2 +1,26 @@
-//! flowmesh-bench: system benchmarks.
-fn main() {}
+//! flowmesh-bench: system benchmarks. `flowmesh-bench SUBCOMMAND [ARGS]`; each subcommand
+//! lives in its own module under `flowmesh_tests::bench` and ends with one line of
+//! `key=value` figures.
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: flowmesh-bench push [--flows N] [--reps R]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
+    let res = match args.first().map(String::as_str) {
+        Some("push") => flowmesh_tests::bench::push::main(rest),
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => Err(USAGE.to_owned()),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flowmesh-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! The switch session against real Open vSwitch (dummy-datapath sandboxes): handshake at
+//! scale, reconnects, errors matched to the flow that caused them, atomic bundles, flow-stats
+//! read-back, roles, echo liveness, the active connector and version negotiation.
+
+mod session_support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use flowmesh_tests::bench::flows::{normalized, ofctl_text, overlay_flow, overlay_flows};
+use flowmesh_tests::{BridgeSpec, OvsSandbox};
+use ofproto::flow::flow_flags;
+use ofproto::message::{
+    BadActionCode, BadInstructionCode, BadRequestCode, ErrorKind, FlowModFailedCode,
+    FlowStatsRequest, Message, Role, RoleRequestFailedCode,
+};
+use ofproto::oxm::eth_type;
+use ofproto::session::{
+    Backoff, BundleError, Connector, DisconnectCause, FsmConfig, RequestError, SessionConfig,
+    SessionEvent, Target,
+};
+use ofproto::{Action, Flow, FlowMod, Match};
+use session_support::{listen, runtime, wait_for, wait_ready};
+
+fn one_bridge(target: &str) -> OvsSandbox {
+    OvsSandbox::builder()
+        .bridge(BridgeSpec::numbered(0, 2))
+        .controller(target)
+        .controller_max_backoff_ms(1000)
+        .start()
+        .expect("sandbox")
+}
+
+#[test]
+fn hundred_bridges_get_ready_and_all_come_back_after_vswitchd_restart() {
+    let rt = runtime();
+    let (listener, mut events) = listen(&rt, SessionConfig::default());
+    let t0 = Instant::now();
+    let mut sbx = OvsSandbox::builder()
+        .bridges((0..100u32).map(|i| BridgeSpec::new(format!("br{i}"), u64::from(i) + 1)))
+        .controller(listener.target())
+        .controller_max_backoff_ms(1000)
+        .start()
+        .expect("sandbox");
+    let all: BTreeSet<u64> = (1..=100).collect();
+
+    let mut ready = BTreeSet::new();
+    wait_for(&rt, &mut events, Duration::from_secs(30), |ev| match ev {
+        SessionEvent::Ready {
+            info, reconnect, ..
+        } => {
+            assert!(!reconnect, "first connection of {:#x}", info.dpid);
+            assert!(
+                info.ports.contains_key(&1),
+                "PORT_DESC lists the vxlan port"
+            );
+            ready.insert(info.dpid);
+            (ready.len() == 100).then_some(())
+        }
+        _ => None,
+    });
+    assert_eq!(ready, all, "every bridge reported ready");
+    eprintln!("100 bridges ready {:?} after sandbox start", t0.elapsed());
+
+    sbx.kill_vswitchd();
+    let mut gone = BTreeSet::new();
+    wait_for(&rt, &mut events, Duration::from_secs(15), |ev| match ev {
+        SessionEvent::Disconnected {
+            dpid: Some(d),
+            cause,
+            ..
+        } => {
+            assert!(
+                matches!(cause, DisconnectCause::PeerClosed | DisconnectCause::Io(_)),
+                "cause of {d:#x}: {cause}"
+            );
+            gone.insert(d);
+            (gone.len() == 100).then_some(())
+        }
+        _ => None,
+    });
+    assert_eq!(gone, all, "every session reported its disconnect");
+
+    let t1 = Instant::now();
+    sbx.restart_vswitchd().expect("restart vswitchd");
+    let mut back = BTreeSet::new();
+    wait_for(&rt, &mut events, Duration::from_secs(30), |ev| match ev {
+        SessionEvent::Ready {
+            info, reconnect, ..
+        } => {
+            assert!(reconnect, "{:#x} is a reconnect", info.dpid);
+            back.insert(info.dpid);
+            (back.len() == 100).then_some(())
+        }
+        _ => None,
+    });
+    assert_eq!(back, all, "every bridge came back");
+    eprintln!("100 bridges back {:?} after restart", t1.elapsed());
+}
+
+#[test]
+fn refused_flow_mods_name_the_flow_and_failed_bundles_change_nothing() {
+    let rt = runtime();
+    let (listener, mut events) = listen(&rt, SessionConfig::default());
+    let sbx = one_bridge(&listener.target());
+    let (h, _) = wait_ready(&rt, &mut events, Duration::from_secs(15));
+
+    // goto_table to a lower table.
+    let backwards = Flow::new(10, 100, Match::new().eth_type(eth_type::IPV4)).goto(5);
+    let err = rt
+        .block_on(h.flow_mod(FlowMod::add(backwards.clone())))
+        .expect_err("goto a lower table is refused");
+    match &err {
+        RequestError::Refused { request, error } => {
+            assert_eq!(**request, Message::FlowMod(FlowMod::add(backwards.clone())));
+            assert_eq!(
+                error.kind,
+                ErrorKind::BadInstruction(BadInstructionCode::BadTableId)
+            );
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("table=10") && text.contains("goto_table:5"),
+        "{text}"
+    );
+    assert!(text.contains("OFPBIC_BAD_TABLE_ID"), "{text}");
+
+    // Output to a group that does not exist.
+    let to_group = Flow::new(0, 10, Match::new().in_port(3)).apply(vec![Action::Group(77)]);
+    match rt.block_on(h.flow_mod(FlowMod::add(to_group.clone()))) {
+        Err(RequestError::Refused { request, error }) => {
+            assert_eq!(*request, Message::FlowMod(FlowMod::add(to_group)));
+            assert_eq!(error.kind, ErrorKind::BadAction(BadActionCode::BadOutGroup));
+        }
+        other => panic!("expected OFPBAC_BAD_OUT_GROUP, got {other:?}"),
+    }
+
+    // A table that is not empty, so that "unchanged" means something.
+    let base: Vec<Flow> = (200_000..200_020).map(overlay_flow).collect();
+    let lines: Vec<String> = ofctl_text(&base).lines().map(str::to_owned).collect();
+    sbx.add_flows("br0", &lines).expect("baseline flows");
+    let before = sbx.dump_flows("br0").expect("dump");
+    assert_eq!(before.len(), 20);
+
+    let good = |range: std::ops::Range<u32>| -> Vec<Message> {
+        range
+            .map(|i| Message::FlowMod(FlowMod::add(overlay_flow(i))))
+            .collect()
+    };
+
+    // 1,000 good flows and one refused when added (validation).
+    let mut msgs = good(0..1000);
+    let bad = Message::FlowMod(FlowMod::add(backwards.clone()));
+    msgs.insert(500, bad.clone());
+    match rt.block_on(h.send_bundle(msgs)) {
+        Err(BundleError::Refused {
+            index,
+            message,
+            error,
+        }) => {
+            assert_eq!(index, 500);
+            assert_eq!(*message, bad);
+            assert_eq!(
+                error.kind,
+                ErrorKind::BadInstruction(BadInstructionCode::BadTableId)
+            );
+        }
+        other => panic!("expected the bundle refused at #500, got {other:?}"),
+    }
+    assert_eq!(
+        sbx.dump_flows("br0").expect("dump"),
+        before,
+        "table unchanged"
+    );
+
+    // 1,000 good flows and one refused only at commit: it overlaps an installed flow (same
+    // table and priority, a wider match) and asks OFPFF_CHECK_OVERLAP.
+    let wider = Flow::new(
+        base[0].table,
+        base[0].priority,
+        Match::new().eth_type(eth_type::IPV4),
+    )
+    .apply(vec![Action::output(3)]);
+    let mut overlapping = FlowMod::add(wider);
+    overlapping.flow.flags = flow_flags::CHECK_OVERLAP;
+    let mut msgs = good(1000..2000);
+    msgs.push(Message::FlowMod(overlapping.clone()));
+    match rt.block_on(h.send_bundle(msgs)) {
+        Err(BundleError::Refused {
+            index,
+            message,
+            error,
+        }) => {
+            assert_eq!(index, 1000);
+            assert_eq!(*message, Message::FlowMod(overlapping));
+            assert_eq!(
+                error.kind,
+                ErrorKind::FlowModFailed(FlowModFailedCode::Overlap)
+            );
+        }
+        other => panic!("expected the bundle refused at #1000, got {other:?}"),
+    }
+    assert_eq!(
+        sbx.dump_flows("br0").expect("dump"),
+        before,
+        "table unchanged"
+    );
+
+    // The same 1,000 good flows alone commit.
+    rt.block_on(h.send_bundle(good(0..1000)))
+        .expect("good bundle commits");
+    assert_eq!(sbx.dump_flows("br0").expect("dump").len(), 1020);
+}
+
+#[test]
+fn hundred_thousand_flows_read_back_exactly_by_flow_stats() {
+    let rt = runtime();
+    let (listener, mut events) = listen(&rt, SessionConfig::default());
+    let _sbx = one_bridge(&listener.target());
+    let (h, _) = wait_ready(&rt, &mut events, Duration::from_secs(15));
+    let flows = overlay_flows(100_000);
+    let msgs: Vec<Message> = flows
+        .iter()
+        .map(|f| Message::FlowMod(FlowMod::add(f.clone())))
+        .collect();
+    let t = Instant::now();
+    rt.block_on(h.send_bundle(msgs)).expect("bundle commits");
+    let pushed = t.elapsed();
+    let t = Instant::now();
+    let stats = rt
+        .block_on(h.flow_stats(FlowStatsRequest::all()))
+        .expect("flow stats");
+    eprintln!(
+        "pushed 100k flows in {pushed:?}, read {} back in {:?}",
+        stats.len(),
+        t.elapsed()
+    );
+    let got: BTreeSet<Flow> = stats.iter().map(|s| normalized(&s.flow)).collect();
+    let want: BTreeSet<Flow> = flows.iter().map(normalized).collect();
+    assert_eq!(stats.len(), 100_000, "one reply entry per flow");
+    let missing: Vec<_> = want.difference(&got).take(3).collect();
+    let extra: Vec<_> = got.difference(&want).take(3).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "read-back differs: missing {missing:?}, unexpected {extra:?}"
+    );
+}
+
+#[test]
+fn master_flow_mods_apply_slave_ones_and_stale_generations_are_refused() {
+    let rt = runtime();
+    let (la, mut ea) = listen(&rt, SessionConfig::default());
+    let (lb, mut eb) = listen(&rt, SessionConfig::default());
+    let sbx = OvsSandbox::builder()
+        .bridge(BridgeSpec::numbered(0, 2))
+        .start()
+        .expect("sandbox");
+    sbx.vsctl(&["set-controller", "br0", &la.target(), &lb.target()])
+        .expect("two controllers");
+    let (a, _) = wait_ready(&rt, &mut ea, Duration::from_secs(15));
+    let (b, _) = wait_ready(&rt, &mut eb, Duration::from_secs(15));
+
+    let r = rt
+        .block_on(a.role_request(Role::Master, 10))
+        .expect("master");
+    assert_eq!((r.role, r.generation_id), (Role::Master, 10));
+    let r = rt.block_on(b.role_request(Role::Slave, 10)).expect("slave");
+    assert_eq!(r.role, Role::Slave);
+
+    let f1 = overlay_flow(1);
+    rt.block_on(a.flow_mod(FlowMod::add(f1)))
+        .expect("master's flow-mod applies");
+    let f2 = overlay_flow(2);
+    match rt.block_on(b.flow_mod(FlowMod::add(f2.clone()))) {
+        Err(RequestError::Refused { request, error }) => {
+            assert_eq!(*request, Message::FlowMod(FlowMod::add(f2)));
+            assert_eq!(error.kind, ErrorKind::BadRequest(BadRequestCode::IsSlave));
+        }
+        other => panic!("expected OFPBRC_IS_SLAVE, got {other:?}"),
+    }
+    let dump = sbx.dump_flows("br0").expect("dump");
+    assert_eq!(dump.len(), 1, "only the master's flow: {dump:?}");
+    assert!(dump[0].contains("table=10"), "{dump:?}");
+
+    // An older generation id cannot take over.
+    match rt.block_on(b.role_request(Role::Master, 9)) {
+        Err(RequestError::Refused { error, .. }) => assert_eq!(
+            error.kind,
+            ErrorKind::RoleRequestFailed(RoleRequestFailedCode::Stale)
+        ),
+        other => panic!("expected OFPRRFC_STALE, got {other:?}"),
+    }
+    // A newer one can; the old master becomes a slave.
+    rt.block_on(b.role_request(Role::Master, 11))
+        .expect("newer generation takes over");
+    match rt.block_on(a.flow_mod(FlowMod::add(overlay_flow(3)))) {
+        Err(RequestError::Refused { error, .. }) => {
+            assert_eq!(error.kind, ErrorKind::BadRequest(BadRequestCode::IsSlave))
+        }
+        other => panic!("expected the demoted master refused, got {other:?}"),
+    }
+}
+
+/// Continues a SIGSTOP'd process on drop (also when the test fails).
+struct Continue(nix::unistd::Pid);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+#[test]
+fn echo_timeout_detects_a_stopped_vswitchd() {
+    let rt = runtime();
+    let (interval, timeout) = (Duration::from_millis(300), Duration::from_millis(400));
+    let cfg = SessionConfig {
+        fsm: FsmConfig {
+            echo_interval: interval,
+            echo_timeout: timeout,
+            ..FsmConfig::default()
+        },
+        ..SessionConfig::default()
+    };
+    let (listener, mut events) = listen(&rt, cfg);
+    let sbx = one_bridge(&listener.target());
+    let (h, _) = wait_ready(&rt, &mut events, Duration::from_secs(15));
+    // Idle echoes keep a live switch connected.
+    std::thread::sleep(interval * 3);
+    rt.block_on(h.barrier())
+        .expect("still connected after idle");
+
+    let pid = nix::unistd::Pid::from_raw(
+        i32::try_from(sbx.vswitchd_pid().expect("vswitchd runs")).expect("pid"),
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP vswitchd");
+    let _cont = Continue(pid);
+    let t = Instant::now();
+    let cause = wait_for(&rt, &mut events, Duration::from_secs(5), |ev| match ev {
+        SessionEvent::Disconnected { cause, .. } => Some(cause),
+        _ => None,
+    })
+    .expect("the stopped switch is declared dead");
+    let took = t.elapsed();
+    assert!(
+        matches!(cause, DisconnectCause::EchoTimeout { .. }),
+        "cause: {cause}"
+    );
+    assert!(
+        took <= interval + timeout + Duration::from_millis(300),
+        "detected after {took:?}"
+    );
+    assert!(matches!(
+        rt.block_on(h.barrier()),
+        Err(RequestError::Closed(DisconnectCause::EchoTimeout { .. }))
+    ));
+}
+
+#[test]
+fn connector_dials_a_bridge_management_socket_and_reports_port_changes() {
+    let rt = runtime();
+    let sbx = OvsSandbox::builder()
+        .bridge(BridgeSpec::new("br0", 0x2a))
+        .start()
+        .expect("sandbox");
+    let target = Target::Unix(sbx.ovs().mgmt_socket("br0"));
+    let _guard = rt.enter();
+    let (_connector, mut events) =
+        Connector::start(target, SessionConfig::default(), Backoff::default());
+    let (h, info) = wait_ready(&rt, &mut events, Duration::from_secs(15));
+    assert_eq!(info.dpid, 0x2a);
+    rt.block_on(h.flow_mod(FlowMod::add(overlay_flow(4))))
+        .expect("flow-mod over the management socket");
+    assert_eq!(sbx.dump_flows("br0").expect("dump").len(), 1);
+
+    // Port changes arrive as events and update the session's port map.
+    sbx.add_port("br0", "pod9", 9).expect("add port");
+    let status = wait_for(&rt, &mut events, Duration::from_secs(10), |ev| match ev {
+        SessionEvent::PortStatus { dpid, status, .. } if status.desc.port_no == 9 => {
+            assert_eq!(dpid, 0x2a);
+            Some(status)
+        }
+        _ => None,
+    })
+    .expect("PORT_STATUS for the new port");
+    assert_eq!(status.reason, 0, "OFPPR_ADD");
+    assert_eq!(status.desc.name_str(), "br0-pod9");
+    let ports = rt.block_on(h.ports()).expect("ports");
+    assert!(ports.contains_key(&9), "{:?}", ports.keys());
+    sbx.del_port("br0", "pod9").expect("del port");
+    wait_for(&rt, &mut events, Duration::from_secs(10), |ev| match ev {
+        SessionEvent::PortStatus { status, .. } if status.reason == 1 => Some(()),
+        _ => None,
+    })
+    .expect("PORT_STATUS delete");
+}
+
+#[test]
+fn a_switch_without_openflow_1_3_gets_hello_failed() {
+    let rt = runtime();
+    let (listener, mut events) = listen(&rt, SessionConfig::default());
+    let sbx = OvsSandbox::builder()
+        .bridge(BridgeSpec::new("br0", 1))
+        .start()
+        .expect("sandbox");
+    sbx.vsctl(&[
+        "set",
+        "bridge",
+        "br0",
+        "protocols=OpenFlow10",
+        "--",
+        "set-controller",
+        "br0",
+        &listener.target(),
+    ])
+    .expect("OpenFlow 1.0 only");
+    let cause = wait_for(&rt, &mut events, Duration::from_secs(15), |ev| match ev {
+        SessionEvent::Disconnected { cause, .. } => Some(cause),
+        SessionEvent::Ready { .. } => panic!("an OpenFlow 1.0 switch must not become ready"),
+        _ => None,
+    })
+    .expect("refused");
+    assert_eq!(
+        cause,
+        DisconnectCause::VersionMismatch { offered: vec![1] },
+        "{cause}"
+    );
+}
