@@ -970,8 +970,8 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) -> Result<(), &'st
                     f.cookie,
                     duration(fs.duration_sec, fs.duration_nsec),
                     f.table,
-                    fs.packet_count,
-                    fs.byte_count
+                    stat(fs.packet_count),
+                    stat(fs.byte_count)
                 );
                 if f.idle_timeout != 0 {
                     let _ = write!(s, "idle_timeout={}, ", f.idle_timeout);
