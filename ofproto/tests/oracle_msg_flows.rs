@@ -11,7 +11,7 @@
 #[path = "oracle_msg_common.rs"]
 mod common;
 
-use common::{assert_same_text, capture, ovs_failed, ovs_print, strip_log};
+use common::{assert_same_text, capture, ovs_failed, ovs_print, ovs_print_split, strip_log};
 use ofproto::action::{port, Action, FieldSlice};
 use ofproto::instruction::Instruction;
 use ofproto::message::*;
@@ -43,9 +43,9 @@ fn compare(what: &str, msg: &Message, xid: u32) -> String {
     assert_eq!(used, bytes.len(), "{what}");
     assert_eq!(&back, msg, "{what}: round trip");
     let ours = ofproto::ofp_print(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let ovs = ovs_print(&bytes);
-    assert_same_text(what, &ours, &strip_log(&ovs));
-    ovs
+    let (text, log) = ovs_print_split(&bytes);
+    assert_same_text(what, &ours, &text);
+    text + &log
 }
 
 /// The realistic overlay flow of the benchmark: table 20, ip, reg1, nw_dst -> move tun_id to
@@ -623,6 +623,39 @@ fn errors_and_bundles_embedding_flow_and_group_mods_match_ovs() {
         ovs.contains("(***truncated to 64 bytes from 176***)"),
         "{ovs}"
     );
+    // Data longer than the message it starts with.
+    let mut long = fm.clone();
+    long.extend_from_slice(&[0, 0, 0, 0]);
+    let e = Message::Error(ErrorMsg {
+        kind: ErrorKind::FlowModFailed(FlowModFailedCode::Eperm),
+        data: long,
+    });
+    let ovs = compare("error with data beyond the flow mod", &e, 0x74);
+    assert!(
+        ovs.contains("(***only uses 176 bytes out of 180***)"),
+        "{ovs}"
+    );
+    // Data that is no message OVS (or flowmesh) can decode: an unknown type, and a flow mod
+    // whose output action has a bad length.
+    let mut unknown = fm[..16].to_vec();
+    unknown[1] = 0x63;
+    unknown[2..4].copy_from_slice(&16u16.to_be_bytes());
+    let mut bad_action = fm.clone();
+    let at = bad_action.len() - 16;
+    assert_eq!(
+        bad_action[at..at + 2],
+        [0, 0],
+        "output action of the overlay flow"
+    );
+    bad_action[at + 3] = 24;
+    for (what, data) in [("unknown type", unknown), ("bad action length", bad_action)] {
+        let e = Message::Error(ErrorMsg {
+            kind: ErrorKind::BadRequest(BadRequestCode::from_u16(1)),
+            data,
+        });
+        let ovs = compare(&format!("error with {what}"), &e, 0x74);
+        assert!(ovs.contains("***decode error: "), "{ovs}");
+    }
     let gm = Message::GroupMod(GroupMod {
         command: GroupModCommand::Add,
         group: test_groups()[3].clone(),

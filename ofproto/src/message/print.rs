@@ -796,13 +796,24 @@ fn render_bytes(s: &mut String, data: &[u8]) {
             let name = super::ErrorKind::for_decode_error(&err)
                 .name()
                 .unwrap_or("OFPBRC_BAD_LEN");
-            headline(
-                s,
-                &name_from_bytes(data, &header),
-                header.version,
-                header.xid,
+            // OVS names the message (ofpraw_decode) unless the type itself is unknown.
+            let unnamed = matches!(
+                err,
+                DecodeError::BadType(_)
+                    | DecodeError::BadMultipart(_)
+                    | DecodeError::BadExperimenter { .. }
+                    | DecodeError::BadVersion(_)
             );
-            let _ = writeln!(s, " ***decode error: {name}***");
+            if !unnamed {
+                headline(
+                    s,
+                    &name_from_bytes(data, &header),
+                    header.version,
+                    header.xid,
+                );
+                s.push(' ');
+            }
+            let _ = writeln!(s, "***decode error: {name}***");
             s.push_str(&hex_dump(data));
         }
     }
