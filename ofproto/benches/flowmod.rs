@@ -37,6 +37,11 @@ fn overlay_flow_mod() -> Message {
 fn bench(c: &mut Criterion) {
     let msg = overlay_flow_mod();
     let bytes = msg.encode(1);
+    // The decode loop must measure a successful decode of exactly this message.
+    match decode_message(&bytes) {
+        Ok((back, used)) => assert!(back == msg && used == bytes.len(), "round trip"),
+        Err(e) => panic!("the benchmark FLOW_MOD does not decode: {e}"),
+    }
     let mut g = c.benchmark_group("flow_mod");
     g.throughput(Throughput::Elements(1));
     g.bench_function("encode", |b| {

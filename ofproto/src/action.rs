@@ -348,6 +348,8 @@ pub fn decode_actions(r: &mut Reader<'_>) -> Result<Vec<Action>, DecodeError> {
 
 fn decode_actions_nested(r: &mut Reader<'_>, depth: usize) -> Result<Vec<Action>, DecodeError> {
     let mut out = Vec::new();
+    // One scratch buffer for the canonical-encoding check of every action of the list.
+    let mut again = Vec::new();
     while !r.is_empty() {
         let at = r.position();
         let head = r
@@ -368,7 +370,7 @@ fn decode_actions_nested(r: &mut Reader<'_>, depth: usize) -> Result<Vec<Action>
         let canonical = match &action {
             Action::Unknown(_) => true,
             a => {
-                let mut again = Vec::with_capacity(len);
+                again.clear();
                 encode_one(a, &mut again);
                 again == raw
             }

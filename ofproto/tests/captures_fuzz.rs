@@ -55,6 +55,65 @@ fn corpus() -> Vec<Vec<u8>> {
     ] {
         seeds.push(m.encode(9));
     }
+    // Flow- and group-bearing messages built by flowmesh (FLOW_MOD, GROUP_MOD of each type,
+    // bundle add and error embedding them).
+    use ofproto::action::{Action, FieldSlice};
+    use ofproto::oxm::{Field, Match};
+    use ofproto::{Bucket, Flow, FlowMod, Group, GroupMod, GroupModCommand, GroupType};
+    let flow = Flow::new(
+        20,
+        100,
+        Match::new()
+            .in_port(3)
+            .eth_type(0x0800)
+            .reg(1, 0x64)
+            .ipv4_dst(std::net::Ipv4Addr::new(10, 244, 0, 2), 32),
+    )
+    .cookie(0x3000)
+    .apply(vec![
+        Action::move_(
+            FieldSlice::range(Field::TunnelId, 0, 32),
+            FieldSlice::whole(Field::Reg(2)),
+        ),
+        Action::set_field(Field::EthSrc, &[0x0a, 0x58, 0, 0, 0, 1]),
+        Action::DecTtl,
+        Action::output(2),
+    ])
+    .goto(30);
+    let flow_mod = Message::FlowMod(FlowMod::add(flow));
+    let group_mod = |group_type, watch_port, weight| {
+        Message::GroupMod(GroupMod {
+            command: GroupModCommand::Add,
+            group: Group {
+                group_id: 7,
+                group_type,
+                buckets: vec![Bucket {
+                    weight,
+                    watch_port,
+                    ..Bucket::new(vec![
+                        Action::set_field_u64(Field::TunnelId, 5),
+                        Action::output(1),
+                    ])
+                }],
+            },
+        })
+    };
+    let any = ofproto::action::port::ANY;
+    for m in [
+        flow_mod.clone(),
+        group_mod(GroupType::All, any, 0),
+        group_mod(GroupType::Select, any, 10),
+        group_mod(GroupType::Indirect, any, 0),
+        group_mod(GroupType::FastFailover, 3, 0),
+        Message::BundleAdd(BundleAdd::new(2, 1, flow_mod.clone())),
+        Message::BundleAdd(BundleAdd::new(2, 1, group_mod(GroupType::Select, any, 3))),
+        Message::Error(ErrorMsg {
+            kind: ErrorKind::FlowModFailed(FlowModFailedCode::Overlap),
+            data: flow_mod.encode(9),
+        }),
+    ] {
+        seeds.push(m.encode(9));
+    }
     seeds
 }
 

@@ -38,6 +38,20 @@ pub fn ovs_print(bytes: &[u8]) -> String {
     text_of(out)
 }
 
+/// OVS's rendering of one message, split into (stdout, stderr): the text, and its log lines
+/// (which may carry multi-line hex dumps of their own).
+pub fn ovs_print_split(bytes: &[u8]) -> (String, String) {
+    let out = Command::new(ovs_ofctl())
+        .arg("ofp-print")
+        .arg(hex(bytes))
+        .output()
+        .expect("run ovs-ofctl ofp-print");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// OVS's rendering of a stream of messages (via `ofp-parse FILE`).
 pub fn ovs_parse_stream(bytes: &[u8]) -> String {
     let dir = std::env::temp_dir().join(format!("flowmesh-oracle-{}", std::process::id()));

@@ -77,10 +77,7 @@ impl Message {
 impl std::fmt::Display for MessageDisplay<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut s = String::new();
-        render(&mut s, self.msg, self.xid);
-        if !s.ends_with('\n') {
-            s.push('\n');
-        }
+        render_message(&mut s, self.msg, self.xid);
         f.write_str(&s)
     }
 }
@@ -126,6 +123,22 @@ fn version_tag(v: u8) -> String {
 
 fn headline(s: &mut String, name: &str, version: u8, xid: u32) {
     let _ = write!(s, "{name}{} (xid={xid:#x}):", version_tag(version));
+}
+
+/// An OpenFlow 1.1+ port number as Open vSwitch converts (`ofputil_port_from_ofp11`) and then
+/// names it: the reserved ports by name, 0xffffff00..0xfffffff7 as their 16-bit equivalent,
+/// and the numbers in between (which OVS refuses) as an error.
+fn ofp11_port(p: u32) -> Result<String, ()> {
+    if p < 0xff00 {
+        Ok(p.to_string())
+    } else if p >= port::MAX {
+        Ok(match p {
+            0xffff_ff00..=0xffff_fff7 => (p - 0xffff_0000).to_string(),
+            p => port_name(p),
+        })
+    } else {
+        Err(())
+    }
 }
 
 /// A port number as Open vSwitch names it (`LOCAL`, `CONTROLLER`, `ANY`, or the number).
@@ -207,8 +220,46 @@ fn mp_name(t: u16) -> String {
     n.to_string()
 }
 
-fn render(s: &mut String, msg: &Message, xid: u32) {
+/// One message of exactly its length as OVS's `ofp_to_string` prints it: the headline, the
+/// body with one trailing space chomped, or, when OVS's decoder refuses it, the error and a
+/// hex dump of the message (after whatever part was printed).
+fn render_message(s: &mut String, msg: &Message, xid: u32) {
     headline(s, &msg_name(msg), msg.version(), xid);
+    let header_len = s.len();
+    match render_body(s, msg, xid) {
+        Ok(()) => {
+            if s.ends_with(' ') {
+                s.pop();
+            }
+        }
+        Err(err) => {
+            if s.len() > header_len {
+                if s.ends_with(' ') {
+                    s.pop();
+                }
+                add_newline(s);
+            } else {
+                s.push(' ');
+            }
+            let _ = writeln!(s, "***decode error: {err}***");
+            s.push_str(&hex_dump(&msg.encode(xid)));
+        }
+    }
+    add_newline(s);
+}
+
+fn add_newline(s: &mut String) {
+    if !s.is_empty() && !s.ends_with('\n') {
+        s.push('\n');
+    }
+}
+
+/// The body of a message; Err(OVS error name) where Open vSwitch's decoder refuses what ours
+/// accepts (it validates while decoding for print).
+fn render_body(s: &mut String, msg: &Message, xid: u32) -> Result<(), &'static str> {
+    if let Some(err) = ovs_decode_error(msg) {
+        return Err(err);
+    }
     match msg {
         Message::Hello(h) => {
             let versions: Vec<String> = h.versions().iter().map(|v| format!("0x{v:02x}")).collect();
@@ -294,24 +345,36 @@ fn render(s: &mut String, msg: &Message, xid: u32) {
         }
         Message::FlowRemoved(r) => {
             let reason = match r.reason {
-                0 => "idle",
-                1 => "hard",
-                2 => "delete",
-                3 => "group_delete",
-                _ => "unknown",
+                0 => "idle".to_string(),
+                1 => "hard".to_string(),
+                2 => "delete".to_string(),
+                3 => "group_delete".to_string(),
+                4 => "meter_delete".to_string(),
+                5 => "eviction".to_string(),
+                n => n.to_string(),
             };
-            let _ = writeln!(
+            let _ = write!(
                 s,
-                " {} reason={reason} table_id={} cookie:{:#x} duration{}s idle{} hard{} pkts{} bytes{}",
-                match_with_priority(&r.matches, r.priority),
-                r.table_id,
-                r.cookie,
-                duration(r.duration_sec, r.duration_nsec),
-                r.idle_timeout,
-                r.hard_timeout,
-                r.packet_count,
-                r.byte_count
+                " {} reason={reason}",
+                match_with_priority(&r.matches, r.priority)
             );
+            if r.table_id != crate::flow::TABLE_ALL {
+                let _ = write!(s, " table_id={}", r.table_id);
+            }
+            if r.cookie != 0 {
+                let _ = write!(s, " cookie:{:#x}", r.cookie);
+            }
+            let _ = write!(
+                s,
+                " duration{}s idle{}",
+                duration(r.duration_sec, r.duration_nsec),
+                r.idle_timeout
+            );
+            // OVS prints the hard timeout (new in OF1.2) only when it is in use.
+            if r.hard_timeout != 0 {
+                let _ = write!(s, " hard{}", r.hard_timeout);
+            }
+            let _ = writeln!(s, " pkts{} bytes{}", r.packet_count, r.byte_count);
         }
         Message::PortStatus(p) => {
             let reason = match p.reason {
@@ -347,19 +410,19 @@ fn render(s: &mut String, msg: &Message, xid: u32) {
             let _ = writeln!(s, "\n {cmd} {}", group_text(&gm.group));
         }
         Message::TableMod(t) => {
-            let _ = writeln!(s, " table_id={}", table_name(t.table_id));
+            if t.table_id == crate::flow::TABLE_ALL {
+                s.push_str(" table_id: ALL_TABLES");
+            } else {
+                let _ = write!(s, " table_id={}", t.table_id);
+            }
         }
         Message::MultipartRequest(m) => {
-            if m.flags != 0 {
-                let _ = write!(s, " flags={:#x}", m.flags);
-            }
+            mp_flags(s, m.flags);
             render_mp_request(s, &m.body);
         }
         Message::MultipartReply(m) => {
-            if m.more() {
-                s.push_str(" flags=[more]");
-            }
-            render_mp_reply(s, &m.body);
+            mp_flags(s, m.flags);
+            render_mp_reply(s, &m.body)?;
         }
         Message::RoleRequest(r) | Message::RoleReply(r) => {
             use super::switch::Role;
@@ -388,23 +451,20 @@ fn render(s: &mut String, msg: &Message, xid: u32) {
             let _ = BundleCtrlType::OpenRequest;
         }
         Message::BundleAdd(b) => {
-            if let Some(err) = bundle_add_refusal(b) {
-                let _ = writeln!(s, " ***decode error: {err}***");
-                s.push_str(&hex_dump(&msg.encode(xid)));
-                return;
-            }
             let _ = writeln!(
                 s,
                 "\n bundle_id={:#x} flags={}",
                 b.bundle_id,
                 bundle_flags(b.flags)
             );
-            render(s, &b.message, b.inner_xid.unwrap_or(xid));
+            // The embedded message is printed as a message of its own (ofp_to_string).
+            render_message(s, &b.message, xid);
         }
         Message::Unknown { body, .. } => {
             let _ = writeln!(s, " ({} bytes of body, not decoded)", body.len());
         }
     }
+    Ok(())
 }
 
 /// What OVS's bundle-add decoder refuses: an embedded xid other than the outer one, and
@@ -514,14 +574,6 @@ fn bundle_flags(flags: u16) -> String {
     parts.join(" ")
 }
 
-fn table_name(t: u8) -> String {
-    if t == crate::flow::TABLE_ALL {
-        "all".into()
-    } else {
-        t.to_string()
-    }
-}
-
 /// `priority=N,` + match, as OVS's `match_format` writes it (priority omitted when 32768).
 fn match_with_priority(m: &Match, priority: u16) -> String {
     let body = m.to_string();
@@ -535,9 +587,17 @@ fn match_with_priority(m: &Match, priority: u16) -> String {
     parts.join(",")
 }
 
+/// A duration as OVS's `ofp_print_duration` writes it (without the `s`): no decimals for whole
+/// seconds, three for whole milliseconds, otherwise the nanoseconds without trailing zeros.
 fn duration(sec: u32, nsec: u32) -> String {
-    // OVS prints milliseconds precision: "%u.%03u".
-    format!("{}.{:03}", sec, nsec / 1_000_000)
+    if nsec == 0 {
+        sec.to_string()
+    } else if nsec.is_multiple_of(1_000_000) {
+        format!("{sec}.{:03}", nsec / 1_000_000)
+    } else {
+        let frac = format!("{nsec:09}");
+        format!("{sec}.{}", frac.trim_end_matches('0'))
+    }
 }
 
 fn render_flow_mod(s: &mut String, fm: &FlowMod) {
@@ -552,19 +612,17 @@ fn render_flow_mod(s: &mut String, fm: &FlowMod) {
     };
     let _ = write!(s, " {cmd}");
     if f.table != 0 {
-        let _ = write!(s, " table:{}", table_name(f.table));
+        let _ = write!(s, " table:{}", f.table);
     }
     s.push(' ');
     s.push_str(&match_with_priority(&f.matches, f.priority));
     if !s.ends_with(' ') {
         s.push(' ');
     }
-    let is_add = fm.command == FlowModCommand::Add;
-    let is_modify = matches!(
-        fm.command,
-        FlowModCommand::Modify | FlowModCommand::ModifyStrict
-    );
-    if is_add || (is_modify && fm.cookie_mask == 0) {
+    // OpenFlow 1.3 (ofputil_decode_flow_mod): an ADD sets the flow's cookie ("new cookie") and
+    // its cookie mask is ignored; every other command selects flows by cookie/cookie_mask and
+    // never changes a cookie, so only the masked form can appear.
+    if fm.command == FlowModCommand::Add {
         if f.cookie != 0 && f.cookie != u64::MAX {
             let _ = write!(s, "cookie:{:#x} ", f.cookie);
         }
@@ -581,12 +639,21 @@ fn render_flow_mod(s: &mut String, fm: &FlowMod) {
         let _ = write!(s, "buf:{:#x} ", fm.buffer_id);
     }
     if fm.out_port != port::ANY {
-        let _ = write!(s, "out_port:{} ", port_name(fm.out_port));
+        let _ = write!(
+            s,
+            "out_port:{} ",
+            ofp11_port(fm.out_port).unwrap_or_default()
+        );
     }
+    // out_group is decoded (deletes only) but not printed by OVS.
     s.push_str(&flow_flag_words(f.flags));
-    let _ = writeln!(s, "actions={}", format_instructions(&f.instructions));
+    let _ = write!(s, "actions={}", format_instructions(&f.instructions));
 }
 
+/// Known OFPFF_* bits of OpenFlow 1.3.
+const FLOW_FLAGS_OF13: u16 = 0x1f;
+
+/// `ofp_print_flow_flags`: each flag name followed by a space.
 fn flow_flag_words(flags: u16) -> String {
     let mut s = String::new();
     for (bit, name) in [
@@ -604,31 +671,38 @@ fn flow_flag_words(flags: u16) -> String {
     s
 }
 
-fn group_type_name(t: GroupType) -> String {
+fn group_type_name(t: GroupType) -> &'static str {
     match t {
-        GroupType::All => "all".into(),
-        GroupType::Select => "select".into(),
-        GroupType::Indirect => "indirect".into(),
-        GroupType::FastFailover => "ff".into(),
-        GroupType::Unknown(v) => format!("{v}"),
+        GroupType::All => "all",
+        GroupType::Select => "select",
+        GroupType::Indirect => "indirect",
+        GroupType::FastFailover => "ff",
+        GroupType::Unknown(_) => "unknown",
     }
 }
 
-fn bucket_text(b: &Bucket) -> String {
-    let mut s = String::from("bucket=");
-    if b.weight != 0 {
+/// One `bucket=...` of `ofp_print_group`: the weight unless it is the type's default (1 for
+/// select, 0 otherwise), the watches unless ANY, then the actions.
+fn bucket_text(s: &mut String, b: &Bucket, group_type: GroupType) {
+    s.push_str("bucket=");
+    let default_weight = u16::from(group_type == GroupType::Select);
+    if b.weight != default_weight {
         let _ = write!(s, "weight:{},", b.weight);
     }
     if b.watch_port != port::ANY {
-        let _ = write!(s, "watch_port:{},", port_name(b.watch_port));
+        let _ = write!(
+            s,
+            "watch_port:{},",
+            ofp11_port(b.watch_port).unwrap_or_default()
+        );
     }
     if b.watch_group != crate::flow::GROUP_ANY {
         let _ = write!(s, "watch_group:{},", b.watch_group);
     }
     let _ = write!(s, "actions={}", format_actions(&b.actions));
-    s
 }
 
+/// A group id where OVS names the reserved ones (`ofputil_format_group`).
 fn group_id_name(id: u32) -> String {
     match id {
         crate::flow::GROUP_ALL => "ALL".into(),
@@ -637,18 +711,27 @@ fn group_id_name(id: u32) -> String {
     }
 }
 
-/// `group_id=N,type=T,bucket=...` as `ovs-ofctl dump-groups` writes it.
+/// `group_id=N,type=T,bucket=...` as `ofp_print_group` writes it (the group id always as a
+/// number).
 fn group_text(g: &Group) -> String {
     let mut s = format!(
         "group_id={},type={}",
-        group_id_name(g.group_id),
+        g.group_id,
         group_type_name(g.group_type)
     );
     for b in &g.buckets {
         s.push(',');
-        s.push_str(&bucket_text(b));
+        bucket_text(&mut s, b, g.group_type);
     }
     s
+}
+
+impl std::fmt::Display for Group {
+    /// The group as one line of `ovs-ofctl -O OpenFlow13 dump-groups` (without the leading
+    /// space): `group_id=2,type=select,bucket=weight:10,actions=output:2,bucket=...`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&group_text(self))
+    }
 }
 
 fn render_error(s: &mut String, e: &super::ErrorMsg) {
@@ -674,11 +757,12 @@ fn render_error(s: &mut String, e: &super::ErrorMsg) {
         s.push('\n');
         return;
     }
-    render_embedded(s, &e.data);
+    render_bytes(s, &e.data);
 }
 
-/// Render the (start of the) message carried in an error's data, as OVS does.
-fn render_embedded(s: &mut String, data: &[u8]) {
+/// Render bytes that should hold one message (an error's data) as OVS's `ofp_to_string`
+/// does: too short, truncated, longer than the header says, refused, or the message.
+fn render_bytes(s: &mut String, data: &[u8]) {
     let Ok(header) = MessageHeader::parse(data) else {
         let _ = writeln!(s, "OpenFlow packet too short (only {} bytes):", data.len());
         s.push_str(&hex_dump(data));
@@ -701,54 +785,130 @@ fn render_embedded(s: &mut String, data: &[u8]) {
         s.push_str(&hex_dump(data));
         return;
     }
+    if data.len() > len {
+        let _ = writeln!(s, "(***only uses {len} bytes out of {}***)", data.len());
+        s.push_str(&hex_dump(data));
+        return;
+    }
     match decode_frame(data) {
-        Ok((h, msg, used)) => {
-            if let Some(err) = ovs_print_time_error(&msg) {
-                headline(s, &msg_name(&msg), h.version, h.xid);
-                let _ = writeln!(s, " ***decode error: {err}***");
-                s.push_str(&hex_dump(data.get(..used).unwrap_or_default()));
-                return;
-            }
-            let mut one = String::new();
-            render(&mut one, &msg, h.xid);
-            s.push_str(&one);
-            if !s.ends_with('\n') {
-                s.push('\n');
-            }
-        }
+        Ok((h, msg, _)) => render_message(s, &msg, h.xid),
         Err(err) => {
-            let _ = writeln!(s, "***decode error: {err}***");
+            let name = super::ErrorKind::for_decode_error(&err)
+                .name()
+                .unwrap_or("OFPBRC_BAD_LEN");
+            // OVS names the message (ofpraw_decode) unless the type itself is unknown.
+            let unnamed = matches!(
+                err,
+                DecodeError::BadType(_)
+                    | DecodeError::BadMultipart(_)
+                    | DecodeError::BadExperimenter { .. }
+                    | DecodeError::BadVersion(_)
+            );
+            if !unnamed {
+                headline(
+                    s,
+                    &name_from_bytes(data, &header),
+                    header.version,
+                    header.xid,
+                );
+                s.push(' ');
+            }
+            let _ = writeln!(s, "***decode error: {name}***");
             s.push_str(&hex_dump(data));
         }
     }
 }
 
-/// Requests OVS decodes but refuses while printing (its decoder validates them).
-fn ovs_print_time_error(msg: &Message) -> Option<&'static str> {
+/// What Open vSwitch's decoder refuses in messages ours accepts (`ofputil_decode_flow_mod`,
+/// `ofputil_decode_group_mod`, `ofputil_decode_bundle_add`), checked in OVS's order; None
+/// when OVS decodes the message.
+fn ovs_decode_error(msg: &Message) -> Option<&'static str> {
     match msg {
-        Message::FlowMod(fm)
-            if fm.flow.table == crate::flow::TABLE_ALL
-                && matches!(
-                    fm.command,
-                    FlowModCommand::Add | FlowModCommand::Modify | FlowModCommand::ModifyStrict
-                ) =>
-        {
-            Some("OFPFMFC_BAD_TABLE_ID")
-        }
-        Message::FlowMod(fm) if matches!(fm.command, FlowModCommand::Unknown(_)) => {
-            Some("OFPFMFC_BAD_COMMAND")
-        }
-        Message::GroupMod(gm)
-            if matches!(gm.group.group_type, GroupType::Unknown(_))
-                || matches!(gm.command, GroupModCommand::Unknown(_)) =>
-        {
-            Some(if matches!(gm.group.group_type, GroupType::Unknown(_)) {
-                "OFPGMFC_BAD_TYPE"
-            } else {
-                "OFPGMFC_BAD_COMMAND"
-            })
-        }
+        Message::FlowMod(fm) => flow_mod_refusal(fm),
+        Message::GroupMod(gm) => group_mod_refusal(gm),
+        Message::BundleAdd(b) => bundle_add_refusal(b),
+        Message::MultipartRequest(m) => match &m.body {
+            MultipartRequestBody::Flow(r) | MultipartRequestBody::Aggregate(r)
+                if ofp11_port(r.out_port).is_err() =>
+            {
+                Some("OFPBAC_BAD_OUT_PORT")
+            }
+            MultipartRequestBody::PortStats(p) if ofp11_port(*p).is_err() => {
+                Some("OFPBAC_BAD_OUT_PORT")
+            }
+            _ => None,
+        },
         _ => None,
+    }
+}
+
+fn flow_mod_refusal(fm: &FlowMod) -> Option<&'static str> {
+    let deleting = matches!(
+        fm.command,
+        FlowModCommand::Delete | FlowModCommand::DeleteStrict
+    );
+    if fm.flow.table == crate::flow::TABLE_ALL && !deleting {
+        return Some("OFPFMFC_BAD_TABLE_ID");
+    }
+    if ofp11_port(fm.out_port).is_err() {
+        return Some("OFPBAC_BAD_OUT_PORT");
+    }
+    if matches!(fm.command, FlowModCommand::Unknown(_)) {
+        return Some("OFPFMFC_BAD_COMMAND");
+    }
+    if fm.flow.flags & !FLOW_FLAGS_OF13 != 0 {
+        return Some("OFPFMFC_BAD_FLAGS");
+    }
+    None
+}
+
+/// `ofputil_pull_ofp11_group_mod` + `ofputil_check_group_mod` (OVS 3.1).
+fn group_mod_refusal(gm: &crate::flow::GroupMod) -> Option<&'static str> {
+    let g = &gm.group;
+    if g.buckets.iter().any(|b| ofp11_port(b.watch_port).is_err()) {
+        return Some("OFPGMFC_BAD_WATCH");
+    }
+    // OpenFlow 1.3.5 prescribes an error for a DELETE that carries buckets.
+    if gm.command == GroupModCommand::Delete && !g.buckets.is_empty() {
+        return Some("OFPGMFC_INVALID_GROUP");
+    }
+    match g.group_type {
+        GroupType::Indirect if gm.command != GroupModCommand::Delete && g.buckets.len() != 1 => {
+            return Some("OFPGMFC_INVALID_GROUP")
+        }
+        GroupType::Unknown(_) => return Some("OFPGMFC_BAD_TYPE"),
+        _ => {}
+    }
+    if matches!(gm.command, GroupModCommand::Unknown(_)) {
+        return Some("OFPGMFC_BAD_COMMAND");
+    }
+    for b in &g.buckets {
+        if b.weight != 0 && g.group_type != GroupType::Select {
+            return Some("OFPGMFC_INVALID_GROUP");
+        }
+        let live = b.watch_port != port::ANY || b.watch_group != crate::flow::GROUP_ANY;
+        match g.group_type {
+            GroupType::All | GroupType::Indirect if live => {
+                return Some("OFPGMFC_WATCH_UNSUPPORTED")
+            }
+            GroupType::FastFailover if !live => return Some("OFPGMFC_INVALID_GROUP"),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `ofp_print_stats`: the multipart flags (OpenFlow 1.3 allows "more" on requests too).
+fn mp_flags(s: &mut String, flags: u16) {
+    if flags == 0 {
+        return;
+    }
+    s.push_str(" flags=");
+    if flags & 1 != 0 {
+        s.push_str("[more]");
+    }
+    if flags & !1 != 0 {
+        let _ = write!(s, "[***unknown flags {:#06x}***]", flags & !1);
     }
 }
 
@@ -759,21 +919,21 @@ fn render_mp_request(s: &mut String, body: &MultipartRequestBody) {
         PortDesc => s.push_str(" port=ANY\n"),
         GroupDesc => s.push_str(" group_id=ALL\n"),
         Flow(r) | Aggregate(r) => {
-            let mut parts = Vec::new();
+            // ofp_print_flow_stats_request: cookie and out_group are decoded, not printed.
             if r.table_id != crate::flow::TABLE_ALL {
-                parts.push(format!("table_id={}", r.table_id));
+                let _ = write!(s, " table={}", r.table_id);
             }
             if r.out_port != port::ANY {
-                parts.push(format!("out_port={}", port_name(r.out_port)));
+                let _ = write!(
+                    s,
+                    " out_port={}",
+                    ofp11_port(r.out_port).unwrap_or_default()
+                );
             }
-            let m = r.matches.to_string();
-            if !m.is_empty() {
-                parts.push(m);
-            }
-            let _ = writeln!(s, " {}", parts.join(" "));
+            let _ = write!(s, " {}", r.matches);
         }
         PortStats(p) => {
-            let _ = writeln!(s, " port_no={}", port_name(*p));
+            let _ = writeln!(s, " port_no={}", ofp11_port(*p).unwrap_or_default());
         }
         Group(g) => {
             let _ = writeln!(s, " group_id={}", group_id_name(*g));
@@ -792,7 +952,7 @@ fn stat(v: u64) -> String {
     }
 }
 
-fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) {
+fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) -> Result<(), &'static str> {
     use MultipartReplyBody::*;
     match body {
         Desc(d) => {
@@ -808,17 +968,21 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) {
             );
         }
         Flow(v) => {
-            s.push('\n');
+            // ofp_print_flow_stats_reply: "\n " and ofp_print_flow_stats for each entry that
+            // decodes; the first that does not (unknown flags) ends the print with an error.
             for fs in v {
                 let f = &fs.flow;
+                if f.flags & !FLOW_FLAGS_OF13 != 0 {
+                    return Err("OFPFMFC_BAD_FLAGS");
+                }
                 let _ = write!(
                     s,
-                    " cookie={:#x}, duration={}s, table={}, n_packets={}, n_bytes={}, ",
+                    "\n cookie={:#x}, duration={}s, table={}, n_packets={}, n_bytes={}, ",
                     f.cookie,
-                    duration_flow(fs.duration_sec, fs.duration_nsec),
+                    duration(fs.duration_sec, fs.duration_nsec),
                     f.table,
-                    fs.packet_count,
-                    fs.byte_count
+                    stat(fs.packet_count),
+                    stat(fs.byte_count)
                 );
                 if f.idle_timeout != 0 {
                     let _ = write!(s, "idle_timeout={}, ", f.idle_timeout);
@@ -826,17 +990,13 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) {
                 if f.hard_timeout != 0 {
                     let _ = write!(s, "hard_timeout={}, ", f.hard_timeout);
                 }
-                let flags = flow_flag_words(f.flags);
-                if !flags.is_empty() {
-                    s.push_str(&flags.trim_end().replace(' ', ","));
-                    s.push_str(", ");
-                }
+                s.push_str(&flow_flag_words(f.flags));
                 let m = match_with_priority(&f.matches, f.priority);
                 s.push_str(&m);
                 if !m.is_empty() {
                     s.push(' ');
                 }
-                let _ = writeln!(s, "actions={}", format_instructions(&f.instructions));
+                let _ = write!(s, "actions={}", format_instructions(&f.instructions));
             }
         }
         Aggregate(a) => {
@@ -888,27 +1048,30 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) {
             }
         }
         Group(v) => {
-            s.push('\n');
             for g in v {
+                let _ = write!(s, "\n group_id={},", g.group_id);
+                if g.duration_sec != u32::MAX {
+                    let _ = write!(
+                        s,
+                        "duration={}s,",
+                        duration(g.duration_sec, g.duration_nsec)
+                    );
+                }
                 let _ = write!(
                     s,
-                    " group_id={},duration={}s,ref_count={},packet_count={},byte_count={}",
-                    group_id_name(g.group_id),
-                    duration(g.duration_sec, g.duration_nsec),
-                    g.ref_count,
-                    g.packet_count,
-                    g.byte_count
+                    "ref_count={},packet_count={},byte_count={}",
+                    g.ref_count, g.packet_count, g.byte_count
                 );
                 for (i, (p, b)) in g.bucket_stats.iter().enumerate() {
-                    let _ = write!(s, ",bucket{i}:packet_count={p},byte_count={b}");
+                    if *p != u64::MAX {
+                        let _ = write!(s, ",bucket{i}:packet_count={p},byte_count={b}");
+                    }
                 }
-                s.push('\n');
             }
         }
         GroupDesc(v) => {
-            s.push('\n');
             for g in v {
-                let _ = writeln!(s, " {}", group_text(g));
+                let _ = write!(s, "\n {}", group_text(g));
             }
         }
         GroupFeatures(g) => {
@@ -944,6 +1107,7 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) {
             let _ = writeln!(s, " ({} bytes of body)", body.len());
         }
     }
+    Ok(())
 }
 
 /// OFPAT_* bits of a group-features action bitmap, named and ordered as OVS prints them.
@@ -968,11 +1132,6 @@ fn group_action_names(bits: u32) -> String {
         .map(|(_, n)| *n)
         .collect();
     names.join(" ")
-}
-
-/// Flow-stats durations: OVS prints `%u.%03us` (milliseconds).
-fn duration_flow(sec: u32, nsec: u32) -> String {
-    duration(sec, nsec)
 }
 
 fn render_table_stats(s: &mut String, v: &[super::TableStats]) {
