@@ -308,6 +308,14 @@ impl Reconciler {
                 .drift_repairs
                 .fetch_add(diff.len() as u64, Ordering::Relaxed);
         }
+        tracing::info!(
+            node = %self.status.node,
+            adds = diff.adds.len(),
+            modifies = diff.modifies.len(),
+            deletes = diff.deletes.len(),
+            group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
+            "syncing switch"
+        );
         let batch = plan(&diff);
         let n = batch.len() as u64;
         link.apply(batch).await?;

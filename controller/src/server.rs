@@ -27,8 +27,11 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Audit interval.
     pub audit_interval: Duration,
-    /// Echo interval for switch liveness.
+    /// Echo interval for switch liveness (the timeout is the same again).
     pub echo_interval: Duration,
+    /// TLS for switch connections: controller certificate, key, and the CA that signs switch
+    /// certificates (PEM files). None: plain TCP.
+    pub openflow_tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 /// Why the controller could not start.
@@ -40,6 +43,9 @@ pub enum StartError {
     /// The stored state or config was refused.
     #[error("{0}")]
     State(#[from] crate::error::ApiError),
+    /// The OpenFlow TLS files are unusable.
+    #[error("OpenFlow TLS: {0}")]
+    Tls(#[from] ofproto::session::TlsError),
     /// A listen address is busy or not allowed.
     #[error("cannot listen on {what} {addr}: {source} (is another flowmesh-controller running? choose another address with {flag})")]
     Listen {
@@ -92,7 +98,24 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     );
     // Bind every listener before starting anything, so a busy port fails cleanly.
     let grpc = bind("gRPC", "--grpc-listen", cfg.grpc_listen).await?;
-    let of = bind("OpenFlow", "--openflow-listen", cfg.openflow_listen).await?;
+    let tls = match &cfg.openflow_tls {
+        Some((cert, key, ca)) => {
+            let pem = ofproto::session::TlsPem::from_files(cert, key, ca)?;
+            Some(ofproto::session::server_config(&pem)?)
+        }
+        None => None,
+    };
+    let mut session_cfg = ofproto::session::SessionConfig::default();
+    session_cfg.fsm.echo_interval = cfg.echo_interval;
+    session_cfg.fsm.echo_timeout = cfg.echo_interval;
+    let (of, of_events) = ofproto::session::Listener::bind(cfg.openflow_listen, tls, session_cfg)
+        .await
+        .map_err(|source| StartError::Listen {
+            what: "OpenFlow",
+            addr: cfg.openflow_listen,
+            flag: "--openflow-listen",
+            source,
+        })?;
     let metrics_l = match cfg.metrics_listen {
         Some(a) => Some(bind("metrics", "--metrics-listen", a).await?),
         None => None,
@@ -112,23 +135,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         flag: "--grpc-listen",
         source,
     })?;
-    let openflow_addr = of.local_addr().map_err(|source| StartError::Listen {
-        what: "OpenFlow",
-        addr: cfg.openflow_listen,
-        flag: "--openflow-listen",
-        source,
-    })?;
+    let openflow_addr = of.local_addr();
     let metrics_addr = metrics_l.as_ref().and_then(|l| l.local_addr().ok());
+    let core_for_of = core.clone();
 
     tokio::spawn(serve_grpc(core.clone(), grpc));
     if let Some(l) = metrics_l {
         tokio::spawn(serve_metrics(core.clone(), l));
     }
-    tokio::spawn(crate::switches::serve_openflow(
-        core.clone(),
-        of,
-        cfg.echo_interval,
-    ));
+    tokio::spawn(async move {
+        // The listener accepts for as long as it lives.
+        let _listener = of;
+        crate::switches::forward_events(core_for_of, of_events).await;
+    });
     tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, "flowmesh-controller running");
     Ok(Running {
         core,

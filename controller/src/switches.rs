@@ -1,15 +1,106 @@
-//! The OpenFlow side: accepting switch connections and handing ready sessions to the core.
+//! The OpenFlow side: the session listener, and the adapter that lets a reconciler drive a
+//! switch through its [`SwitchHandle`].
 
 use crate::core::CoreHandle;
-use std::time::Duration;
+use crate::link::{LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState};
+use ofproto::message::FlowStatsRequest;
+use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, SwitchHandle};
+use ofproto::Message;
+use std::sync::Arc;
 
-/// Accept switch connections on `listener` (wired to the ofproto session in a later step).
-pub async fn serve_openflow(core: CoreHandle, listener: tokio::net::TcpListener, echo: Duration) {
-    let _ = (core, echo);
-    loop {
-        match listener.accept().await {
-            Ok((_sock, peer)) => tracing::warn!(%peer, "OpenFlow sessions are not wired yet"),
-            Err(e) => tracing::error!(error = %e, "accept failed"),
+/// A switch session as a [`SwitchLink`].
+pub struct SessionLink {
+    handle: SwitchHandle,
+    peer: String,
+}
+
+fn request_error(e: RequestError) -> LinkError {
+    match e {
+        RequestError::Closed(c) => LinkError::Disconnected(c.to_string()),
+        other => LinkError::Other(other.to_string()),
+    }
+}
+
+impl SwitchLink for SessionLink {
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
+        Box::pin(async move {
+            let flows = self
+                .handle
+                .flow_stats(FlowStatsRequest::all())
+                .await
+                .map_err(request_error)?;
+            let groups = self.handle.group_desc().await.map_err(request_error)?;
+            Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
+        })
+    }
+
+    fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
+        Box::pin(async move {
+            let messages: Vec<Message> = changes
+                .into_iter()
+                .map(|c| match c {
+                    SwitchChange::Flow(fm) => Message::FlowMod(fm),
+                    SwitchChange::Group(gm) => Message::GroupMod(gm),
+                })
+                .collect();
+            match self.handle.send_bundle(messages).await {
+                Ok(()) => Ok(()),
+                Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
+                Err(BundleError::Refused {
+                    index,
+                    message,
+                    error,
+                }) => Err(LinkError::Refused {
+                    index,
+                    change: ofproto::session::error::describe(&message),
+                    error: ofproto::session::error::ErrorText(error).to_string(),
+                }),
+                Err(other) => Err(LinkError::Other(other.to_string())),
+            }
+        })
+    }
+}
+
+/// Hand every session event to the core: ready switches become links of their node's
+/// reconciler, disconnects end them. Runs until the listener stops.
+pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
+    while let Some(ev) = events.next().await {
+        match ev {
+            SessionEvent::Ready {
+                conn,
+                peer,
+                info,
+                handle,
+                ..
+            } => {
+                let link = Arc::new(SessionLink { handle, peer });
+                core.switch_up(conn, info.dpid, link);
+            }
+            SessionEvent::Disconnected {
+                conn,
+                peer,
+                dpid,
+                cause,
+            } => {
+                tracing::warn!(%peer, dpid = dpid.map(|d| format!("{d:#018x}")), %cause, "switch session ended");
+                if let Some(d) = dpid {
+                    core.switch_down(conn, d);
+                }
+            }
+            SessionEvent::SwitchError {
+                dpid, xid, error, ..
+            } => {
+                core.metrics.switch_errors.inc();
+                tracing::error!(dpid = dpid.map(|d| format!("{d:#018x}")), xid, error = %ofproto::session::error::ErrorText(error), "switch error");
+            }
+            SessionEvent::PortStatus { dpid, status, .. } => {
+                tracing::debug!(dpid = format!("{dpid:#018x}"), ?status, "port status");
+            }
+            SessionEvent::Message { .. } | SessionEvent::ConnectFailed { .. } => {}
         }
     }
 }

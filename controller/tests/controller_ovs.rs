@@ -355,19 +355,30 @@ async fn kill9_in_a_burst_loses_no_acknowledged_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_datapath_gets_only_a_default_drop_and_is_listed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ctl = Controller::start(&dir.path().join("data"), &[]);
+    let ctl = Controller::start(&dir.path().join("data"), &["--audit-interval", "1"]);
     let sbx = sandbox(&ctl, &[("stranger", 0x5157, &[("p1", 3)])]);
+    let only_drop = || {
+        let flows = sbx.dump_flows("stranger").unwrap_or_default();
+        flows == vec!["priority=0 actions=drop".to_string()]
+    };
+    wait_for("the default drop", Duration::from_secs(20), async || {
+        only_drop()
+    })
+    .await;
+    // Anything else on an unknown datapath is removed.
     sbx.add_flows(
         "stranger",
         &["table=0,priority=100,ip actions=output:3".to_string()],
     )
     .expect("add");
-    let mut admin = ctl.admin().await;
-    wait_for("the unknown switch", Duration::from_secs(20), async || {
-        let flows = sbx.dump_flows("stranger").unwrap_or_default();
-        flows == vec!["priority=0 actions=drop".to_string()]
-    })
+    assert!(!only_drop());
+    wait_for(
+        "the stray flow to go",
+        Duration::from_secs(10),
+        async || only_drop(),
+    )
     .await;
+    let mut admin = ctl.admin().await;
     let sw = admin
         .list_switches(pa::Empty {})
         .await
@@ -379,4 +390,27 @@ async fn an_unknown_datapath_gets_only_a_default_drop_and_is_listed() {
             .any(|s| s.unknown && s.dpid == 0x5157 && s.connected),
         "{sw:?}"
     );
+
+    // Once a node claims the datapath, the switch gets that node's pipeline.
+    admin
+        .add_node(pa::AddNodeRequest {
+            name: "claimed".into(),
+            node_ip: "172.31.0.9".into(),
+            dpid: 0x5157,
+        })
+        .await
+        .expect("add node");
+    wait_synced(&mut admin, &["claimed"]).await;
+    let want = desired(&mut admin, "claimed").await;
+    wait_for("the node pipeline", Duration::from_secs(10), async || {
+        sbx.dump_flows("stranger").unwrap_or_default() == want
+    })
+    .await;
+    let sw = admin
+        .list_switches(pa::Empty {})
+        .await
+        .expect("switches")
+        .into_inner()
+        .items;
+    assert!(!sw.iter().any(|s| s.unknown), "{sw:?}");
 }

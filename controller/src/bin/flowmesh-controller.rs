@@ -35,6 +35,16 @@ struct Args {
     /// twice this).
     #[arg(long, default_value_t = 2.0)]
     echo_interval: f64,
+    /// PEM certificate of the controller for TLS switch connections (with --openflow-tls-key
+    /// and --openflow-ca; switches then use `ssl:` targets and `ovs-vsctl set-ssl`).
+    #[arg(long, requires_all = ["openflow_tls_key", "openflow_ca"])]
+    openflow_tls_cert: Option<PathBuf>,
+    /// PEM private key of the controller for TLS switch connections.
+    #[arg(long, requires_all = ["openflow_tls_cert", "openflow_ca"])]
+    openflow_tls_key: Option<PathBuf>,
+    /// PEM CA certificate that signs the switches' certificates.
+    #[arg(long, requires_all = ["openflow_tls_cert", "openflow_tls_key"])]
+    openflow_ca: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `controller=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
@@ -85,6 +95,14 @@ async fn main() -> ExitCode {
             metrics_listen: args.metrics_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
+            openflow_tls: match (
+                &args.openflow_tls_cert,
+                &args.openflow_tls_key,
+                &args.openflow_ca,
+            ) {
+                (Some(c), Some(k), Some(a)) => Some((c.clone(), k.clone(), a.clone())),
+                _ => None,
+            },
         })
     })();
     let cfg = match cfg {

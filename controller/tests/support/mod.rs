@@ -108,6 +108,9 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- flowmesh-controller log ----\n{}", self.log_text());
+        }
         self.kill9();
     }
 }
