@@ -12,4 +12,8 @@ fi
 bash scripts/deps.sh
 cargo fmt --all -- --check
 cargo build --workspace --all-targets --locked
+# Tests that run the binaries (controller, shim, CNI plugin) find them here, already built.
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+export FLOWMESH_BIN_DIR="${FLOWMESH_BIN_DIR:-$target_dir/debug}"
+export FLOWMESH_SHIM_BIN_DIR="${FLOWMESH_SHIM_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 cargo test --workspace --locked -- --test-threads="${FLOWMESH_TEST_THREADS:-4}"

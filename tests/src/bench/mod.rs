@@ -1,5 +1,7 @@
 //! flowmesh-bench subcommands, one module each; `flowmesh-bench SUBCOMMAND [ARGS]`.
 
+pub mod attach;
+pub mod compute;
 pub mod flows;
 pub mod push;
 

@@ -3,13 +3,15 @@
 //! `key=value` figures.
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: flowmesh-bench push [--flows N] [--reps R]";
+const USAGE: &str = "usage: flowmesh-bench push [--flows N] [--reps R]\n       flowmesh-bench compute [--nodes N] [--pods P] [--namespaces S] [--samples K]\n       flowmesh-bench attach [--switches N] [--pods-per-node P]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rest = args.get(1..).unwrap_or_default();
     let res = match args.first().map(String::as_str) {
         Some("push") => flowmesh_tests::bench::push::main(rest),
+        Some("compute") => flowmesh_tests::bench::compute::main(rest),
+        Some("attach") => flowmesh_tests::bench::attach::main(rest),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -1,0 +1,211 @@
+//! `flowmesh-bench attach`: pod attach → flows acknowledged (barrier reply) latency with many
+//! switches connected. Starts the real `flowmesh-controller` binary (found beside this one)
+//! and a dummy-datapath OVS sandbox with one bridge per node, attaches pods one after the
+//! other through the admin API (the call returns only after the pod's switch acknowledged its
+//! flows) and reports p50/p99. The reference, measured in the same run, is a read-only API
+//! call (ListNetNamespaces) on the same connection: the RPC cost without any switch work.
+
+use super::{arg_value, median};
+use crate::{BridgeSpec, OvsSandbox};
+use proto::admin::admin_client::AdminClient;
+use proto::admin::{self as pa};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Ctl(Child);
+
+impl Drop for Ctl {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+fn controller_bin() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("no directory of flowmesh-bench")?;
+    let p = dir.join("flowmesh-controller");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found: build it first (cargo build --release -p controller -p flowmesh-tests)",
+            p.display()
+        ))
+    }
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// Run the subcommand.
+pub fn main(args: &[String]) -> Result<(), String> {
+    let switches: u32 = arg_value(args, "--switches", 100)?;
+    let per_node: u32 = arg_value(args, "--pods-per-node", 5)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run(switches, per_node))
+}
+
+async fn run(switches: u32, per_node: u32) -> Result<(), String> {
+    let data = std::env::temp_dir().join(format!("flowmesh-bench-attach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let of = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let log = std::fs::File::create(data.with_extension("log")).map_err(|e| e.to_string())?;
+    let child = Command::new(controller_bin()?)
+        .arg("--data-dir")
+        .arg(&data)
+        .args([
+            "--grpc-listen",
+            &grpc.to_string(),
+            "--openflow-listen",
+            &of.to_string(),
+        ])
+        .args(["--metrics-listen", &metrics.to_string(), "--log", "warn"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("starting flowmesh-controller: {e}"))?;
+    let _ctl = Ctl(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(grpc).is_err() {
+        if Instant::now() > deadline {
+            return Err("flowmesh-controller did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let t0 = Instant::now();
+    let sbx = OvsSandbox::builder()
+        .bridges((0..switches).map(|i| {
+            let mut b = BridgeSpec::new(format!("n{i}"), 0x1000 + u64::from(i));
+            for p in 0..per_node {
+                b = b.pod(format!("p{p}"), 3 + p);
+            }
+            b
+        }))
+        .controller(format!("tcp:{of}"))
+        .controller_max_backoff_ms(1000)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let sandbox_s = t0.elapsed().as_secs_f64();
+
+    let mut admin = AdminClient::connect(format!("http://{grpc}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    for i in 0..switches {
+        admin
+            .add_node(pa::AddNodeRequest {
+                name: format!("n{i}"),
+                node_ip: format!("172.31.{}.{}", i / 250, i % 250 + 1),
+                dpid: 0x1000 + u64::from(i),
+            })
+            .await
+            .map_err(|e| format!("add node: {}", e.message()))?;
+    }
+    for ns in 0..10 {
+        admin
+            .create_namespace(pa::NameRequest {
+                name: format!("ns{ns}"),
+            })
+            .await
+            .map_err(|e| format!("create namespace: {}", e.message()))?;
+    }
+    // Every switch connected and in sync before measuring.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sw = admin
+            .list_switches(pa::Empty {})
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner()
+            .items;
+        if sw
+            .iter()
+            .filter(|s| s.connected && s.synced && !s.unknown)
+            .count()
+            == switches as usize
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("switches did not all connect and sync".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let setup_s = t0.elapsed().as_secs_f64();
+
+    let mut noop = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        admin
+            .get_cluster_network(pa::Empty {})
+            .await
+            .map_err(|e| e.to_string())?;
+        noop.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut lat = Vec::new();
+    for p in 0..per_node {
+        for i in 0..switches {
+            let t = Instant::now();
+            admin
+                .attach_pod(pa::AttachPodRequest {
+                    node: format!("n{i}"),
+                    namespace: format!("ns{}", (i + p) % 10),
+                    name: format!("pod-{i}-{p}"),
+                    port_name: OvsSandbox::port_name(&format!("n{i}"), &format!("p{p}")),
+                    ofport: 3 + p,
+                })
+                .await
+                .map_err(|e| format!("attach: {}", e.message()))?;
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    // The last pod's flows really are on its switch.
+    let last = format!("n{}", switches - 1);
+    let flows = sbx.dump_flows(&last).map_err(|e| e.to_string())?;
+    let pods_flows = flows.iter().filter(|l| l.contains("cookie=0x302")).count();
+    if pods_flows == 0 {
+        return Err(format!("no pod flows on {last}"));
+    }
+    let (p50, p99, max) = (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        percentile(&lat, 1.0),
+    );
+    let noop50 = median(&noop);
+    println!("sandbox: {switches} bridges in {sandbox_s:.2}s; nodes registered and all switches synced after {setup_s:.2}s");
+    println!("reference: read-only RPC p50 {noop50:.3} ms");
+    println!("attach -> barrier acknowledged, {} pods: p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms", lat.len());
+    println!(
+        "switches={switches} pods={} attach_p50_ms={p50:.3} attach_p99_ms={p99:.3} attach_max_ms={max:.3} noop_rpc_p50_ms={noop50:.3} ratio_p50_vs_noop={:.2} target_p99_ms=5 meets_target={}",
+        lat.len(),
+        p50 / noop50.max(1e-9),
+        p99 < 5.0
+    );
+    drop(sbx);
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(())
+}
