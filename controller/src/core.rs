@@ -304,7 +304,14 @@ impl Core {
             return;
         };
         if !effects.changes.is_empty() {
-            if let Err(e) = self.store.apply(&effects.changes) {
+            let t = std::time::Instant::now();
+            let stored = self.store.apply(&effects.changes);
+            tracing::debug!(
+                records = effects.changes.len(),
+                micros = t.elapsed().as_micros() as u64,
+                "state stored"
+            );
+            if let Err(e) = stored {
                 // Nothing was acknowledged: rebuild the model from what is stored.
                 tracing::error!(error = %e, "storing a change failed; reloading state");
                 if let Ok((m, _)) = load_model(self.store.as_ref(), None) {

@@ -318,7 +318,9 @@ impl Reconciler {
         );
         let batch = plan(&diff);
         let n = batch.len() as u64;
+        let t = Instant::now();
         link.apply(batch).await?;
+        tracing::debug!(node = %self.status.node, changes = n, micros = t.elapsed().as_micros() as u64, "bundle acknowledged");
         self.status.mods_sent.fetch_add(n, Ordering::Relaxed);
         self.metrics.flow_mods_sent.inc_by(n);
         self.status

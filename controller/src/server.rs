@@ -168,7 +168,15 @@ async fn serve_grpc(core: CoreHandle, listener: tokio::net::TcpListener) {
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .build_v1();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small request/response messages: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms.
+    let incoming = {
+        use tokio_stream::StreamExt;
+        tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+            s.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        })
+    };
     let mut builder = tonic::transport::Server::builder();
     let router = builder
         .add_service(health_service)

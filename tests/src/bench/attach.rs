@@ -72,7 +72,9 @@ async fn run(switches: u32, per_node: u32) -> Result<(), String> {
     let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let of = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let log = std::fs::File::create(data.with_extension("log")).map_err(|e| e.to_string())?;
+    let log_path = data.with_extension("log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    println!("controller log: {}", log_path.display());
     let child = Command::new(controller_bin()?)
         .arg("--data-dir")
         .arg(&data)
@@ -82,7 +84,8 @@ async fn run(switches: u32, per_node: u32) -> Result<(), String> {
             "--openflow-listen",
             &of.to_string(),
         ])
-        .args(["--metrics-listen", &metrics.to_string(), "--log", "warn"])
+        .args(["--metrics-listen", &metrics.to_string(), "--log"])
+        .arg(std::env::var("FLOWMESH_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
