@@ -67,7 +67,54 @@ type Finish = Box<dyn FnOnce(Result<(), ApiError>) + Send>;
 type MutateFn = Box<dyn FnOnce(&mut ClusterModel) -> Option<(Effects, Finish)> + Send>;
 type ReadFn = Box<dyn FnOnce(&mut Core) + Send>;
 
+/// A batch of records to make durable, and who waits for it.
+struct WriteJob {
+    changes: Vec<Change>,
+    done: oneshot::Sender<Result<(), ApiError>>,
+}
+
+/// The store writer: group-commits every job queued while the previous commit ran, so
+/// durability costs one sync per batch rather than per change, and runs beside the switch
+/// programming instead of before it.
+async fn store_writer(
+    store: Arc<dyn StateBackend>,
+    mut rx: mpsc::UnboundedReceiver<WriteJob>,
+    core: mpsc::UnboundedSender<CoreCmd>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while let Ok(j) = rx.try_recv() {
+            jobs.push(j);
+        }
+        let changes: Vec<Change> = jobs
+            .iter()
+            .flat_map(|j| j.changes.iter().cloned())
+            .collect();
+        let st = store.clone();
+        let t = std::time::Instant::now();
+        let result = tokio::task::spawn_blocking(move || st.apply(&changes))
+            .await
+            .unwrap_or_else(|e| Err(crate::state::StoreError::Transaction(e.to_string())));
+        tracing::debug!(
+            jobs = jobs.len(),
+            micros = t.elapsed().as_micros() as u64,
+            "state stored"
+        );
+        let r =
+            result.map_err(|e| ApiError::Unavailable(format!("the change was not stored: {e}")));
+        if r.is_err() {
+            // Nothing of this batch was acknowledged; the core reloads what is stored.
+            tracing::error!("storing changes failed; reloading state from the store");
+            let _ = core.send(CoreCmd::Reload);
+        }
+        for j in jobs {
+            let _ = j.done.send(r.clone());
+        }
+    }
+}
+
 enum CoreCmd {
+    Reload,
     Mutate(MutateFn),
     Read(ReadFn),
     SwitchUp {
@@ -102,6 +149,7 @@ pub struct Core {
     pub model: ClusterModel,
     pipeline: Pipeline,
     store: Arc<dyn StateBackend>,
+    writer: mpsc::UnboundedSender<WriteJob>,
     reconcilers: HashMap<String, ReconcilerHandle>,
     unknown: HashMap<u64, ReconcilerHandle>,
     connected: HashMap<u64, (u64, Arc<dyn SwitchLink>)>,
@@ -246,10 +294,13 @@ impl Core {
     ) -> Result<CoreHandle, ApiError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
+        let (writer, writer_rx) = mpsc::unbounded_channel();
+        tokio::spawn(store_writer(store.clone(), writer_rx, tx.clone()));
         let mut core = Core {
             model,
             pipeline: Pipeline::new(),
             store,
+            writer,
             reconcilers: HashMap::new(),
             unknown: HashMap::new(),
             connected: HashMap::new(),
@@ -282,6 +333,7 @@ impl Core {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<CoreCmd>) {
         while let Some(cmd) = rx.recv().await {
             match cmd {
+                CoreCmd::Reload => self.reload(),
                 CoreCmd::Mutate(f) => self.mutate(f),
                 CoreCmd::Read(f) => f(&mut self),
                 CoreCmd::SwitchUp {
@@ -294,6 +346,27 @@ impl Core {
         }
     }
 
+    /// Rebuild the model from the store (after a failed write) and resync every switch.
+    fn reload(&mut self) {
+        match load_model(self.store.as_ref(), None) {
+            Ok((m, _)) => {
+                self.model = m;
+                self.pipeline = Pipeline::new();
+                if let Ok(all) = self.pipeline.recompute(&self.model, &Affected::all()) {
+                    self.retire_removed_nodes();
+                    for (node, fs) in all {
+                        let h = self.reconciler_for(&node);
+                        let _ = h.tx.send(ReconcileCmd::Desired {
+                            flows: fs,
+                            ack: None,
+                        });
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "reloading state failed"),
+        }
+    }
+
     fn publish(&self, e: Event) {
         tracing::info!(kind = %e.kind, object = %e.object, "{}", e.message);
         let _ = self.events.send(e);
@@ -303,26 +376,16 @@ impl Core {
         let Some((effects, finish)) = f(&mut self.model) else {
             return;
         };
+        // Durability and switch programming run side by side; the call is answered when both
+        // are done.
+        let mut waits = Vec::new();
         if !effects.changes.is_empty() {
-            let t = std::time::Instant::now();
-            let stored = self.store.apply(&effects.changes);
-            tracing::debug!(
-                records = effects.changes.len(),
-                micros = t.elapsed().as_micros() as u64,
-                "state stored"
-            );
-            if let Err(e) = stored {
-                // Nothing was acknowledged: rebuild the model from what is stored.
-                tracing::error!(error = %e, "storing a change failed; reloading state");
-                if let Ok((m, _)) = load_model(self.store.as_ref(), None) {
-                    self.model = m;
-                    self.pipeline = Pipeline::new();
-                }
-                finish(Err(ApiError::Unavailable(format!(
-                    "the change was not stored: {e}"
-                ))));
-                return;
-            }
+            let (tx, rx) = oneshot::channel();
+            let _ = self.writer.send(WriteJob {
+                changes: effects.changes,
+                done: tx,
+            });
+            waits.push(rx);
         }
         let flows = match self.pipeline.recompute(&self.model, &effects.affected) {
             Ok(f) => f,
@@ -332,7 +395,6 @@ impl Core {
             }
         };
         self.retire_removed_nodes();
-        let mut waits = Vec::new();
         for (node, fs) in flows {
             let h = self.reconciler_for(&node);
             let (tx, rx) = oneshot::channel();
