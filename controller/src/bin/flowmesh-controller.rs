@@ -84,7 +84,10 @@ async fn main() -> ExitCode {
             .json()
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     }
     let cfg = (|| -> Result<ServerConfig, String> {
         Ok(ServerConfig {
