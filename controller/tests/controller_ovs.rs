@@ -86,6 +86,20 @@ async fn bridges_hold_exactly_the_desired_flows_and_follow_netid_changes() {
     populate(&mut admin).await;
     wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
     assert_bridges_match(&sbx, &mut admin).await;
+    let ready = http_get(ctl.metrics, "/readyz").await;
+    assert!(
+        ready.starts_with("HTTP/1.0 200") || ready.starts_with("HTTP/1.1 200"),
+        "{ready}"
+    );
+    let metrics = http_get(ctl.metrics, "/metrics").await;
+    assert!(
+        metrics.contains("flowmesh_connected_switches 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("flowmesh_switch_synced{node=\"node-a\",dpid=\"0x000000000000000a\"} 1"),
+        "{metrics}"
+    );
     let before = sbx.dump_flows("node-a").expect("dump");
 
     admin
@@ -274,7 +288,15 @@ async fn drift_is_repaired_by_the_audit_and_a_restarted_vswitchd_is_reprogrammed
         .items;
     assert!(sw.iter().all(|s| s.synced), "{sw:?}");
 
-    // ovs-vswitchd restarts with empty tables and comes back fully programmed.
+    // ovs-vswitchd restarts with empty tables and comes back fully programmed; while it is
+    // gone the controller is not ready.
+    sbx.kill_vswitchd();
+    wait_for(
+        "readyz to report the lost switches",
+        Duration::from_secs(15),
+        async || http_get(ctl.metrics, "/readyz").await.contains("503"),
+    )
+    .await;
     sbx.restart_vswitchd().expect("restart vswitchd");
     wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
     assert_bridges_match(&sbx, &mut admin).await;

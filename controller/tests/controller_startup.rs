@@ -1,0 +1,106 @@
+//! flowmesh-controller refuses bad input at start-up with a clear message and a non-zero exit:
+//! a malformed or invalid config, a busy port, an unwritable data dir.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+        .args(args)
+        .output()
+        .expect("run flowmesh-controller");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.to_string())
+        .expect("port")
+}
+
+#[test]
+fn bad_configs_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf8");
+    let cases = [
+        ("clusterNetworks: [", "--config"),
+        (
+            "clusterNetworks:\n  - cidr: 10.128.0.0/14\n    hostPrefix: 23\nserviceNetwork: 10.128.0.0/16\nmode: multitenant\n",
+            "overlap",
+        ),
+        (
+            "clusterNetworks:\n  - cidr: 10.128.0.0/14\n    hostPrefix: 12\nserviceNetwork: 172.30.0.0/16\nmode: multitenant\n",
+            "hostPrefix",
+        ),
+        (
+            "clusterNetworks:\n  - cidr: 10.128.0.0/33\n    hostPrefix: 23\nserviceNetwork: 172.30.0.0/16\nmode: multitenant\n",
+            "--config",
+        ),
+    ];
+    for (yaml, expect) in cases {
+        let cfg = dir.path().join("cluster.yaml");
+        std::fs::write(&cfg, yaml).expect("write config");
+        let (code, err) = run(&[
+            "--config",
+            cfg.to_str().expect("utf8"),
+            "--data-dir",
+            data,
+            "--grpc-listen",
+            &port(),
+            "--openflow-listen",
+            &port(),
+            "--metrics-listen",
+            &port(),
+        ]);
+        assert_ne!(code, 0, "{yaml}");
+        assert!(
+            err.to_lowercase().contains(&expect.to_lowercase()),
+            "config {yaml:?}: {err}"
+        );
+    }
+    let (code, err) = run(&["--config", "/nonexistent/cluster.yaml", "--data-dir", data]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("cannot read --config /nonexistent/cluster.yaml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_busy_port_and_an_unwritable_data_dir_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy_addr = busy.local_addr().expect("addr").to_string();
+    let data = dir.path().join("data");
+    let (code, err) = run(&[
+        "--data-dir",
+        data.to_str().expect("utf8"),
+        "--grpc-listen",
+        &busy_addr,
+        "--openflow-listen",
+        &port(),
+        "--metrics-listen",
+        &port(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("cannot listen on gRPC") && err.contains("--grpc-listen"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "--data-dir",
+        "/proc/flowmesh",
+        "--grpc-listen",
+        &port(),
+        "--openflow-listen",
+        &port(),
+        "--metrics-listen",
+        &port(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("data directory /proc/flowmesh"), "{err}");
+}
