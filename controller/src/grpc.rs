@@ -37,6 +37,17 @@ impl AdminService {
     pub fn new(core: CoreHandle) -> Self {
         AdminService { core }
     }
+
+    async fn netid(
+        &self,
+        op: NetIdOp,
+        names: Vec<String>,
+    ) -> Result<Response<pa::NetNamespaceList>, Status> {
+        let v = ops::netid_op(&self.core, op, names).await?;
+        Ok(Response::new(pa::NetNamespaceList {
+            items: v.iter().map(netns).collect(),
+        }))
+    }
 }
 
 impl NodeService {
@@ -290,30 +301,21 @@ impl Admin for AdminService {
         r: Request<pa::JoinProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
         let r = r.into_inner();
-        let v = ops::netid_op(&self.core, NetIdOp::Join { to: r.to }, r.namespaces).await?;
-        Ok(Response::new(pa::NetNamespaceList {
-            items: v.iter().map(netns).collect(),
-        }))
+        self.netid(NetIdOp::Join { to: r.to }, r.namespaces).await
     }
 
     async fn isolate_projects(
         &self,
         r: Request<pa::ProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
-        let v = ops::netid_op(&self.core, NetIdOp::Isolate, r.into_inner().namespaces).await?;
-        Ok(Response::new(pa::NetNamespaceList {
-            items: v.iter().map(netns).collect(),
-        }))
+        self.netid(NetIdOp::Isolate, r.into_inner().namespaces).await
     }
 
     async fn make_projects_global(
         &self,
         r: Request<pa::ProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
-        let v = ops::netid_op(&self.core, NetIdOp::Global, r.into_inner().namespaces).await?;
-        Ok(Response::new(pa::NetNamespaceList {
-            items: v.iter().map(netns).collect(),
-        }))
+        self.netid(NetIdOp::Global, r.into_inner().namespaces).await
     }
 
     async fn list_switches(
