@@ -308,7 +308,8 @@ impl Admin for AdminService {
         &self,
         r: Request<pa::ProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
-        self.netid(NetIdOp::Isolate, r.into_inner().namespaces).await
+        self.netid(NetIdOp::Isolate, r.into_inner().namespaces)
+            .await
     }
 
     async fn make_projects_global(
