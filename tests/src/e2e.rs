@@ -100,6 +100,7 @@ fn locate_or_build() -> std::result::Result<ControllerBins, String> {
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
+    clean_cargo_env(&mut cmd);
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -119,6 +120,29 @@ fn locate_or_build() -> std::result::Result<ControllerBins, String> {
             "built the controller but found no binaries in {}",
             profile_dir.display()
         ))
+    }
+}
+
+/// Removes the variables `cargo test` sets for a test process (`CARGO_PKG_*`,
+/// `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...) from a nested `cargo build`: build scripts such as
+/// ring's declare `rerun-if-env-changed` on them, so inheriting them would rebuild those crates
+/// here and again in the next ordinary `cargo test`.
+pub fn clean_cargo_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        let set_by_cargo_for_tests = k == "OUT_DIR"
+            || k == "CARGO_MANIFEST_DIR"
+            || k == "CARGO_MANIFEST_PATH"
+            || k == "CARGO_MANIFEST_LINKS"
+            || k == "CARGO_CRATE_NAME"
+            || k == "CARGO_PRIMARY_PACKAGE"
+            || k == "CARGO_TARGET_TMPDIR"
+            || k == "CARGO_RUSTC_CURRENT_DIR"
+            || k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_");
+        if set_by_cargo_for_tests {
+            cmd.env_remove(k);
+        }
     }
 }
 
@@ -277,10 +301,7 @@ impl LabController {
 
     /// The tail of the current (last) log.
     pub fn log_tail(&self, n: usize) -> String {
-        self.logs
-            .last()
-            .map(|l| log_tail(l, n))
-            .unwrap_or_default()
+        self.logs.last().map(|l| log_tail(l, n)).unwrap_or_default()
     }
 
     /// Runs `flowmeshctl --server <grpc> ARGS` inside the controller namespace; any exit.
@@ -289,11 +310,7 @@ impl LabController {
         let server = format!("http://{}", self.grpc);
         let mut all = vec!["--server", server.as_str(), "--timeout", "20s"];
         all.extend_from_slice(args);
-        lab.exec_in(
-            lab.controller_ns(),
-            &bins.ctl.display().to_string(),
-            &all,
-        )
+        lab.exec_in(lab.controller_ns(), &bins.ctl.display().to_string(), &all)
     }
 
     /// Like [`LabController::ctl_output`] but a non-zero exit is an error; returns stdout.
@@ -329,9 +346,8 @@ impl LabController {
             let sw = self.ctl_json(lab, &["get", "switches"])?;
             let ok = nodes.iter().all(|n| {
                 sw.as_array().is_some_and(|a| {
-                    a.iter().any(|s| {
-                        s["node"] == *n && s["connected"] == true && s["synced"] == true
-                    })
+                    a.iter()
+                        .any(|s| s["node"] == *n && s["connected"] == true && s["synced"] == true)
                 })
             });
             if ok {
@@ -350,7 +366,12 @@ impl LabController {
 
 /// Tries a TCP connection from namespace `ns` to `dst` within `timeout`; on success sends
 /// `payload`, reads until EOF, and returns what the server answered (None: no connection).
-pub fn tcp_probe(ns: &str, dst: SocketAddrV4, payload: &[u8], timeout: Duration) -> Result<Option<Vec<u8>>> {
+pub fn tcp_probe(
+    ns: &str,
+    dst: SocketAddrV4,
+    payload: &[u8],
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>> {
     let payload = payload.to_vec();
     in_netns(ns, move || {
         let Ok(mut s) = TcpStream::connect_timeout(&SocketAddr::V4(dst), timeout) else {
@@ -398,10 +419,11 @@ impl TcpServer {
                         context: format!("bind {addr} in {ns_owned}"),
                         source,
                     })?;
-                    l.set_nonblocking(true).map_err(|source| HarnessError::Net {
-                        context: "nonblocking listener".into(),
-                        source,
-                    })?;
+                    l.set_nonblocking(true)
+                        .map_err(|source| HarnessError::Net {
+                            context: "nonblocking listener".into(),
+                            source,
+                        })?;
                     Ok(l)
                 });
                 let l = match bound {

@@ -12,6 +12,7 @@ use flowmesh_tests::cni::{
     add_pod_via_cni, invoke_cni, log_tail, start_shim, CniCall, CniOutcome, CniPod, NodeShim,
 };
 use flowmesh_tests::e2e::{tcp_probe, ControllerOptions, LabController, TcpServer};
+use flowmesh_tests::tcp::tcp_transfer;
 use flowmesh_tests::NetnsLab;
 use serde_json::Value;
 
@@ -26,19 +27,26 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    /// `seed_neighbors`: pre-seed OVS's tunnel neighbour tables (else OVS ARPs for each
+    /// remote VTEP itself, as on a real underlay, and the first packet to it may be lost).
+    fn start(opts: &ControllerOptions, seed_neighbors: bool) -> Cluster {
         let lab = NetnsLab::builder()
             .nodes(3)
             .tun0(false)
+            .seed_neighbors(seed_neighbors)
             .start()
             .expect("lab");
-        let ctl = LabController::start(&lab, &ControllerOptions::multitenant()).expect("controller");
+        let ctl = LabController::start(&lab, opts).expect("controller");
         let shims = (1..=3)
             .map(|i| start_shim(&lab, i, &ctl.shim_options()).expect("shim"))
             .collect();
         let c = Cluster { lab, ctl, shims };
         c.ctl
-            .wait_synced(&c.lab, &["node1", "node2", "node3"], Duration::from_secs(30))
+            .wait_synced(
+                &c.lab,
+                &["node1", "node2", "node3"],
+                Duration::from_secs(30),
+            )
             .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
         c
     }
@@ -65,7 +73,13 @@ impl Cluster {
     fn pod_names(&self) -> Vec<String> {
         self.pods()
             .iter()
-            .map(|p| format!("{}/{}", p["namespace"].as_str().unwrap_or("?"), p["name"].as_str().unwrap_or("?")))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["namespace"].as_str().unwrap_or("?"),
+                    p["name"].as_str().unwrap_or("?")
+                )
+            })
             .collect()
     }
 
@@ -80,7 +94,10 @@ impl Cluster {
 
     /// Panics with the controller's and shims' log tails.
     fn fail(&self, what: &str) -> ! {
-        let mut msg = format!("{what}\n---- controller log ----\n{}", self.ctl.log_tail(40));
+        let mut msg = format!(
+            "{what}\n---- controller log ----\n{}",
+            self.ctl.log_tail(40)
+        );
         for s in &self.shims {
             msg.push_str(&format!(
                 "\n---- shim node{} log ----\n{}",
@@ -136,9 +153,7 @@ fn check(c: &Cluster, what: &str, cases: &[Expect<'_>]) {
                 let lab = &c.lab;
                 s.spawn(move || {
                     let count = if e.reach { 3 } else { 2 };
-                    let ping = lab
-                        .ping(&e.from.ns, IpAddr::V4(e.to), count)
-                        .expect("ping");
+                    let ping = lab.ping(&e.from.ns, IpAddr::V4(e.to), count).expect("ping");
                     let tcp = tcp_probe(
                         &e.from.ns,
                         SocketAddrV4::new(e.to, POD_PORT),
@@ -153,7 +168,9 @@ fn check(c: &Cluster, what: &str, cases: &[Expect<'_>]) {
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("probe thread")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("probe thread"))
+            .collect()
     });
     let mut bad = Vec::new();
     for (e, (ping, tcp, out)) in cases.iter().zip(&results) {
@@ -209,7 +226,7 @@ fn ns_of(name: &str) -> &str {
 #[test]
 fn e2e_multitenant_isolation_gateway_nat_and_del() {
     let t_start = Instant::now();
-    let c = Cluster::start();
+    let c = Cluster::start(&ControllerOptions::multitenant(), false);
     println!("cluster up in {:.1} s", t_start.elapsed().as_secs_f64());
     for ns in ["red", "blue", "shared"] {
         c.ctl(&["namespace", "create", ns]);
@@ -245,6 +262,59 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
         &matrix(&pods, |a, b| ns_of(a) == ns_of(b)),
     );
 
+    // The controller's simulator agrees with the packets.
+    for (from, to, allowed) in [
+        ("red/red-a", "red/red-c", true),
+        ("red/red-a", "blue/blue-a", false),
+        ("blue/blue-a", "red/red-c", false),
+    ] {
+        let t = c
+            .ctl
+            .ctl_json(
+                &c.lab,
+                &["trace", "--from", from, "--to", to, "--tcp", "8080"],
+            )
+            .unwrap_or_else(|e| c.fail(&format!("trace {from} -> {to}: {e}")));
+        assert_eq!(t["allowed"], allowed, "trace {from} -> {to}: {t}");
+    }
+
+    // Full-size packets cross the tunnel: a 1450-byte IP packet with DF set (the overlay MTU
+    // plus VXLAN overhead fits the 1500-byte underlay), and a bulk TCP transfer.
+    let big = c
+        .lab
+        .exec_in(
+            &red_a.ns,
+            "ping",
+            &[
+                "-n",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                "-M",
+                "do",
+                "-s",
+                "1422",
+                &red_c.ip.to_string(),
+            ],
+        )
+        .expect("ping");
+    let big_out = String::from_utf8_lossy(&big.stdout);
+    assert!(
+        big.status.success() && !big_out.contains(" 0 received"),
+        "1450-byte DF ping red-a -> red-c:\n{big_out}{}",
+        String::from_utf8_lossy(&big.stderr)
+    );
+    let bulk = tcp_transfer(&red_a.ns, &red_c.ns, IpAddr::V4(red_c.ip), 9100, 4 << 20)
+        .unwrap_or_else(|e| c.fail(&format!("TCP bulk red-a -> red-c: {e}")));
+    println!(
+        "TCP red-a -> red-c across nodes: {} bytes, {:.0} Mbit/s",
+        bulk.bytes,
+        bulk.mbit_per_s()
+    );
+
     // A global namespace reaches and is reached by all.
     c.ctl(&["adm", "pod-network", "make-projects-global", "shared"]);
     check(
@@ -277,12 +347,18 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
         let node_ns = c.lab.node(p.node).expect("node").ns().to_owned();
         let ping = c.lab.ping(&p.ns, IpAddr::V4(gw), 3).expect("ping gw");
         if ping.received == 0 {
-            c.fail(&format!("{name} cannot ping its gateway {gw}:\n{}", ping.output));
+            c.fail(&format!(
+                "{name} cannot ping its gateway {gw}:\n{}",
+                ping.output
+            ));
         }
         let srv = TcpServer::start(&node_ns, gw, 9000, "host").expect("host server");
         let got = tcp_probe(&p.ns, srv.addr, b"hi", Duration::from_secs(3)).expect("tcp gw");
         let text = got.map(|b| String::from_utf8_lossy(&b).into_owned());
-        if !text.as_deref().is_some_and(|t| t.starts_with(&format!("host peer={}:", p.ip))) {
+        if !text
+            .as_deref()
+            .is_some_and(|t| t.starts_with(&format!("host peer={}:", p.ip)))
+        {
             c.fail(&format!("TCP {name} -> gateway {gw}: {text:?}"));
         }
     }
@@ -294,21 +370,36 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
         .add_veth(&outside, "eth0", c.lab.underlay_ns(), "ext")
         .expect("veth");
     c.lab
-        .run_in(c.lab.underlay_ns(), "ip", &["link", "set", "ext", "master", "br-ul", "up"])
+        .run_in(
+            c.lab.underlay_ns(),
+            "ip",
+            &["link", "set", "ext", "master", "br-ul", "up"],
+        )
         .expect("attach ext");
     let ext_ip = Ipv4Addr::new(172, 31, c.lab.controller_ip().octets()[2], 200);
     c.lab
-        .run_in(&outside, "ip", &["addr", "add", &format!("{ext_ip}/24"), "dev", "eth0"])
+        .run_in(
+            &outside,
+            "ip",
+            &["addr", "add", &format!("{ext_ip}/24"), "dev", "eth0"],
+        )
         .expect("ext addr");
     c.lab
         .run_in(&outside, "ip", &["link", "set", "eth0", "up"])
         .expect("ext up");
     c.lab.tx_offload_off(&outside, "eth0").expect("ext offload");
     let ext = TcpServer::start(&outside, ext_ip, 8000, "ext").expect("ext server");
-    for (name, p) in [("red-a", &red_a), ("blue-a", &blue_a), ("shared-a", &shared_a)] {
+    for (name, p) in [
+        ("red-a", &red_a),
+        ("blue-a", &blue_a),
+        ("shared-a", &shared_a),
+    ] {
         let ping = c.lab.ping(&p.ns, IpAddr::V4(ext_ip), 3).expect("ping ext");
         if ping.received == 0 {
-            c.fail(&format!("{name} cannot ping the outside host:\n{}", ping.output));
+            c.fail(&format!(
+                "{name} cannot ping the outside host:\n{}",
+                ping.output
+            ));
         }
         let got = tcp_probe(&p.ns, ext.addr, b"hi", Duration::from_secs(3)).expect("tcp ext");
         let node_ip = c.lab.underlay_ip(p.node);
@@ -332,19 +423,52 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
     let del = invoke_cni(&c.lab, 1, &red_b.call.with_command("DEL")).expect("DEL");
     assert_eq!(del.exit_code, 0, "DEL red-b: {}", del.raw_stdout);
     assert!(!c.pod_names().contains(&"red/red-b".to_owned()));
-    let gone = c.lab.ping(&red_a.ns, IpAddr::V4(red_b.ip), 2).expect("ping");
-    assert_eq!(gone.received, 0, "deleted pod still answers:\n{}", gone.output);
+    let gone = c
+        .lab
+        .ping(&red_a.ns, IpAddr::V4(red_b.ip), 2)
+        .expect("ping");
+    assert_eq!(
+        gone.received, 0,
+        "deleted pod still answers:\n{}",
+        gone.output
+    );
     let red_d = c.add_pod(1, "red", "red-d");
     assert_eq!(red_d.ip, red_b.ip, "the freed address goes to the next pod");
     check(
         &c,
         "new pod on the freed address",
         &[
-            Expect { from: &red_a, from_name: "red-a", to: red_d.ip, to_name: "red-d", reach: true },
-            Expect { from: &red_c, from_name: "red-c", to: red_d.ip, to_name: "red-d", reach: true },
-            Expect { from: &blue_a, from_name: "blue-a", to: red_d.ip, to_name: "red-d", reach: false },
+            Expect {
+                from: &red_a,
+                from_name: "red-a",
+                to: red_d.ip,
+                to_name: "red-d",
+                reach: true,
+            },
+            Expect {
+                from: &red_c,
+                from_name: "red-c",
+                to: red_d.ip,
+                to_name: "red-d",
+                reach: true,
+            },
+            Expect {
+                from: &blue_a,
+                from_name: "blue-a",
+                to: red_d.ip,
+                to_name: "red-d",
+                reach: false,
+            },
         ],
     );
+    // What the controller wants is what the switches hold.
+    for node in ["node1", "node2", "node3"] {
+        let diff = c.ctl(&["dump-flows", node, "--diff"]);
+        assert!(
+            diff.trim().is_empty(),
+            "{node}: desired vs installed differ:\n{diff}"
+        );
+    }
     println!(
         "e2e_multitenant_isolation_gateway_nat_and_del: {:.1} s",
         t_start.elapsed().as_secs_f64()
@@ -359,17 +483,29 @@ fn failed_with(c: &Cluster, out: &CniOutcome, code: u64, what: &str) {
         ));
     }
     assert!(
-        out.stdout.get("msg").and_then(Value::as_str).is_some_and(|m| !m.is_empty()),
+        out.stdout
+            .get("msg")
+            .and_then(Value::as_str)
+            .is_some_and(|m| !m.is_empty()),
         "{what}: {}",
         out.raw_stdout
     );
-    assert!(out.stdout.get("cniVersion").is_some(), "{what}: {}", out.raw_stdout);
+    assert!(
+        out.stdout.get("cniVersion").is_some(),
+        "{what}: {}",
+        out.raw_stdout
+    );
 }
 
 #[test]
 fn e2e_cni_add_latency_and_errors() {
     let t_start = Instant::now();
-    let mut c = Cluster::start();
+    // A non-default VXLAN port: the shim configures vxlan0 with it and the datapath uses it.
+    let mut opts = ControllerOptions::multitenant();
+    opts.config_yaml = opts
+        .config_yaml
+        .replace("vxlanPort: 4789", "vxlanPort: 4790");
+    let mut c = Cluster::start(&opts, true);
     c.ctl(&["namespace", "create", "bench"]);
 
     // ADD latency (exec -> result; the controller answers after the switch acknowledged the
@@ -400,6 +536,17 @@ fn e2e_cni_add_latency_and_errors() {
     let (first, last) = (&pods[0], &pods[19]);
     let ping = c.lab.ping(&first.ns, IpAddr::V4(last.ip), 3).expect("ping");
     assert!(ping.received > 0, "b0 -> b19:\n{}", ping.output);
+    assert_ne!(first.node, last.node);
+    let n1 = c.lab.node(first.node).expect("node").ovs();
+    let dst_port = n1
+        .vsctl(["get", "Interface", "vxlan0", "options:dst_port"])
+        .expect("dst_port");
+    assert_eq!(dst_port.trim().trim_matches('"'), "4790");
+    let dp = n1.appctl(["dpctl/dump-flows"]).expect("dpctl");
+    assert!(
+        dp.contains("dst=4790") && !dp.contains("dst=4789"),
+        "VXLAN not on UDP 4790 in the datapath:\n{dp}"
+    );
     for p in &pods {
         let out = invoke_cni(&c.lab, p.node, &p.call.with_command("DEL")).expect("DEL");
         assert_eq!(out.exit_code, 0, "DEL: {}", out.raw_stdout);
@@ -414,7 +561,12 @@ fn e2e_cni_add_latency_and_errors() {
     let add = CniCall::new("ADD", &c.shim(1).socket, "err1", &pod_ns, "bench", "err1");
     let mut bad = add.clone();
     bad.netns = format!("/var/run/netns/{}-nope", c.lab.id());
-    failed_with(&c, &invoke_cni(&c.lab, 1, &bad).expect("ADD"), 3, "ADD into a missing netns");
+    failed_with(
+        &c,
+        &invoke_cni(&c.lab, 1, &bad).expect("ADD"),
+        3,
+        "ADD into a missing netns",
+    );
     assert_eq!(c.wiring(1), baseline[&1]);
     assert!(c.pods().is_empty());
 
@@ -428,14 +580,30 @@ fn e2e_cni_add_latency_and_errors() {
 
     // Shim down: 11, nothing configured; a restarted shim (re-registering) serves again.
     let shim3 = c.shim(3).clone();
-    let add3 = CniCall::new("ADD", &shim3.socket, "err3", &c.lab.add_netns("err3").expect("ns"), "bench", "err3");
+    let add3 = CniCall::new(
+        "ADD",
+        &shim3.socket,
+        "err3",
+        &c.lab.add_netns("err3").expect("ns"),
+        "bench",
+        "err3",
+    );
     assert!(c.lab.stop_process(shim3.pid).is_some());
-    failed_with(&c, &invoke_cni(&c.lab, 3, &add3).expect("ADD"), 11, "ADD with the shim down");
+    failed_with(
+        &c,
+        &invoke_cni(&c.lab, 3, &add3).expect("ADD"),
+        11,
+        "ADD with the shim down",
+    );
     assert_eq!(c.wiring(3), baseline[&3]);
     assert!(c.pods().is_empty());
     c.shims[2] = start_shim(&c.lab, 3, &c.ctl.shim_options()).expect("shim restart");
     let out = invoke_cni(&c.lab, 3, &add3).expect("ADD");
-    assert_eq!(out.exit_code, 0, "ADD after the shim restarted: {}", out.raw_stdout);
+    assert_eq!(
+        out.exit_code, 0,
+        "ADD after the shim restarted: {}",
+        out.raw_stdout
+    );
 
     // Controller down: 11, nothing configured; after a restart it holds no address for the
     // failed pod, and an ADD again works.
@@ -446,9 +614,20 @@ fn e2e_cni_add_latency_and_errors() {
     c.ctl.spawn(&c.lab).expect("controller restart");
     assert_eq!(c.pod_names(), vec!["bench/err3".to_owned()]);
     c.ctl
-        .wait_synced(&c.lab, &["node1", "node2", "node3"], Duration::from_secs(30))
+        .wait_synced(
+            &c.lab,
+            &["node1", "node2", "node3"],
+            Duration::from_secs(30),
+        )
         .expect("switches back");
     let out = invoke_cni(&c.lab, 1, &add).expect("ADD");
-    assert_eq!(out.exit_code, 0, "ADD after the controller restarted: {}", out.raw_stdout);
-    println!("e2e_cni_add_latency_and_errors: {:.1} s", t_start.elapsed().as_secs_f64());
+    assert_eq!(
+        out.exit_code, 0,
+        "ADD after the controller restarted: {}",
+        out.raw_stdout
+    );
+    println!(
+        "e2e_cni_add_latency_and_errors: {:.1} s",
+        t_start.elapsed().as_secs_f64()
+    );
 }
