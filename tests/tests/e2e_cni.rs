@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use flowmesh_tests::cni::{
     add_pod_via_cni, invoke_cni, log_tail, start_shim, CniCall, CniOutcome, CniPod, NodeShim,
 };
-use flowmesh_tests::e2e::{tcp_probe, ControllerOptions, LabController, TcpServer};
+use flowmesh_tests::e2e::{tcp_probe, ControllerOptions, LabController, TcpServer, METRICS_PORT};
 use flowmesh_tests::tcp::tcp_transfer;
 use flowmesh_tests::NetnsLab;
 use serde_json::Value;
@@ -37,8 +37,11 @@ impl Cluster {
             .start()
             .expect("lab");
         let ctl = LabController::start(&lab, opts).expect("controller");
+        // Debug logs: they carry the shim's per-step timings of each ADD.
+        let mut so = ctl.shim_options();
+        so.env = vec![("RUST_LOG".into(), "debug".into())];
         let shims = (1..=3)
-            .map(|i| start_shim(&lab, i, &ctl.shim_options()).expect("shim"))
+            .map(|i| start_shim(&lab, i, &so).expect("shim"))
             .collect();
         let c = Cluster { lab, ctl, shims };
         c.ctl
@@ -363,6 +366,33 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
         }
     }
 
+    // The node's host reaches its local pods and, over the tunnel, remote pods (NETID 0); a
+    // pod reaches its node's own (underlay) address.
+    for (node, name, p) in [
+        (1, "red-a", &red_a),
+        (1, "red-c", &red_c),
+        (3, "blue-a", &blue_a),
+    ] {
+        let node_ns = c.lab.node(node).expect("node").ns().to_owned();
+        let ping = c.lab.ping(&node_ns, IpAddr::V4(p.ip), 3).expect("ping");
+        if ping.received == 0 {
+            c.fail(&format!(
+                "node{node} host cannot ping {name}:\n{}",
+                ping.output
+            ));
+        }
+    }
+    let ping = c
+        .lab
+        .ping(&red_c.ns, IpAddr::V4(c.lab.underlay_ip(red_c.node)), 3)
+        .expect("ping");
+    if ping.received == 0 {
+        c.fail(&format!(
+            "red-c cannot ping its node's address:\n{}",
+            ping.output
+        ));
+    }
+
     // A host outside the cluster (on the underlay, no route to the pod network) sees pod
     // traffic coming from the pod's node address.
     let outside = c.lab.add_netns("ext").expect("ext ns");
@@ -469,10 +499,115 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
             "{node}: desired vs installed differ:\n{diff}"
         );
     }
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "flowmesh_switch_errors_total"), Some(0.0), "{m}");
+
+    // Controller restart: pods keep talking while it is down (the switches keep their flows),
+    // and reconnecting with nothing changed sends no flow mods at all.
+    let mut c = c;
+    c.ctl.stop(&c.lab);
+    check(
+        &c,
+        "controller down",
+        &[Expect {
+            from: &red_a,
+            from_name: "red-a",
+            to: red_c.ip,
+            to_name: "red-c",
+            reach: true,
+        }],
+    );
+    c.ctl.spawn(&c.lab).expect("controller restart");
+    c.ctl
+        .wait_synced(
+            &c.lab,
+            &["node1", "node2", "node3"],
+            Duration::from_secs(30),
+        )
+        .unwrap_or_else(|e| c.fail(&format!("switches after restart: {e}")));
+    let m = metrics(&c);
+    assert_eq!(
+        metric(&m, "flowmesh_flow_mods_sent_total"),
+        Some(0.0),
+        "{m}"
+    );
+    check(
+        &c,
+        "after controller restart",
+        &[
+            Expect {
+                from: &red_a,
+                from_name: "red-a",
+                to: red_c.ip,
+                to_name: "red-c",
+                reach: true,
+            },
+            Expect {
+                from: &blue_a,
+                from_name: "blue-a",
+                to: red_c.ip,
+                to_name: "red-c",
+                reach: false,
+            },
+        ],
+    );
     println!(
         "e2e_multitenant_isolation_gateway_nat_and_del: {:.1} s",
         t_start.elapsed().as_secs_f64()
     );
+}
+
+/// The controller's /metrics text (fetched inside the controller namespace).
+fn metrics(c: &Cluster) -> String {
+    let addr = SocketAddrV4::new(c.lab.controller_ip(), METRICS_PORT);
+    let body = tcp_probe(
+        c.lab.controller_ns(),
+        addr,
+        b"GET /metrics HTTP/1.0\r\nHost: flowmesh\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .expect("metrics")
+    .unwrap_or_else(|| c.fail("metrics endpoint unreachable"));
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The value of an unlabelled metric.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Interface names in a pod namespace.
+fn pod_links(c: &Cluster, ns: &str) -> Vec<String> {
+    let text = c
+        .lab
+        .run_in(ns, "ip", &["-o", "link", "show"])
+        .expect("ip link");
+    let mut v: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The text without ANSI colour sequences (`ESC [ ... m`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars();
+    while let Some(ch) = it.next() {
+        if ch == '\u{1b}' {
+            for c in it.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 fn failed_with(c: &Cluster, out: &CniOutcome, code: u64, what: &str) {
@@ -526,6 +661,35 @@ fn e2e_cni_add_latency_and_errors() {
         ms(times[18]),
         ms(times[19])
     );
+    // The AttachPod share (the controller allocates, stores, pushes the flows and waits for
+    // the switch's barrier reply), from the shim's timings: "attached" minus "veth on bridge".
+    let mut attach: Vec<f64> = Vec::new();
+    for s in &c.shims {
+        let text = strip_ansi(&std::fs::read_to_string(&s.log).unwrap_or_default());
+        let ms_of = |l: &str| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("ms=")?.parse::<f64>().ok())
+        };
+        let mut bridged = None;
+        for l in text.lines() {
+            if l.contains("veth on bridge") {
+                bridged = ms_of(l);
+            } else if l.contains(" attached") {
+                if let (Some(a), Some(b)) = (ms_of(l), bridged.take()) {
+                    attach.push(a - b);
+                }
+            }
+        }
+    }
+    attach.sort_by(f64::total_cmp);
+    assert_eq!(attach.len(), 20, "shim timings of 20 ADDs");
+    println!(
+        "  of which AttachPod (controller: allocate, store, bundle + barrier): min {:.1} ms, median {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+        attach[0],
+        (attach[9] + attach[10]) / 2.0,
+        attach[18],
+        attach[19]
+    );
     let listed = c.pods();
     assert_eq!(listed.len(), 20);
     let mut ips: Vec<&str> = listed.iter().filter_map(|p| p["ip"].as_str()).collect();
@@ -574,6 +738,7 @@ fn e2e_cni_add_latency_and_errors() {
     let unknown = CniCall::new("ADD", &c.shim(1).socket, "err1", &pod_ns, "nosuch", "err1");
     let out = invoke_cni(&c.lab, 1, &unknown).expect("ADD");
     failed_with(&c, &out, 103, "ADD in an unknown namespace");
+    assert_eq!(pod_links(&c, &pod_ns), vec!["lo".to_owned()]);
     assert!(out.raw_stdout.contains("nosuch"), "{}", out.raw_stdout);
     assert_eq!(c.wiring(1), baseline[&1]);
     assert!(c.pods().is_empty());
@@ -605,14 +770,28 @@ fn e2e_cni_add_latency_and_errors() {
         out.raw_stdout
     );
 
-    // Controller down: 11, nothing configured; after a restart it holds no address for the
-    // failed pod, and an ADD again works.
+    // Controller down: ADD answers 11 and configures nothing; DEL answers 11 (the runtime
+    // retries) after cleaning up the node. After a restart the controller holds no address
+    // for the failed ADD, still holds the pod whose DEL it missed until the retried DEL, and
+    // an ADD works again.
     c.ctl.stop(&c.lab);
     let out = invoke_cni(&c.lab, 1, &add).expect("ADD");
     failed_with(&c, &out, 11, "ADD with the controller down");
     assert_eq!(c.wiring(1), baseline[&1]);
+    assert_eq!(pod_links(&c, &pod_ns), vec!["lo".to_owned()]);
+    let del3 = add3.with_command("DEL");
+    failed_with(
+        &c,
+        &invoke_cni(&c.lab, 3, &del3).expect("DEL"),
+        11,
+        "DEL with the controller down",
+    );
+    assert_eq!(c.wiring(3), baseline[&3], "DEL cleans the node anyway");
     c.ctl.spawn(&c.lab).expect("controller restart");
     assert_eq!(c.pod_names(), vec!["bench/err3".to_owned()]);
+    let out = invoke_cni(&c.lab, 3, &del3).expect("DEL");
+    assert_eq!(out.exit_code, 0, "retried DEL: {}", out.raw_stdout);
+    assert!(c.pods().is_empty(), "IP still held after the retried DEL");
     c.ctl
         .wait_synced(
             &c.lab,
