@@ -391,6 +391,32 @@ pub fn tcp_probe(
     })
 }
 
+/// `GET path` over HTTP/1.1 (`Connection: close`) from namespace `ns`; returns the body.
+/// Unlike [`tcp_probe`] it does not half-close: HTTP servers may drop a half-closed client
+/// before answering.
+pub fn http_get(ns: &str, addr: SocketAddrV4, path: &str, timeout: Duration) -> Result<String> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    in_netns(ns, move || {
+        let io = |source| HarnessError::Net {
+            context: format!("HTTP GET {addr}"),
+            source,
+        };
+        let mut s = TcpStream::connect_timeout(&SocketAddr::V4(addr), timeout).map_err(io)?;
+        s.set_read_timeout(Some(timeout)).map_err(io)?;
+        s.write_all(req.as_bytes()).map_err(io)?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).map_err(io)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        match text.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+            _ => Err(HarnessError::Parse {
+                what: format!("HTTP GET {addr}{}", req.lines().next().unwrap_or("")),
+                detail: text,
+            }),
+        }
+    })
+}
+
 /// A TCP server in a namespace: for each connection it records the peer address, reads the
 /// request until EOF and answers `<name> peer=<addr>`. Stops when dropped.
 #[derive(Debug)]

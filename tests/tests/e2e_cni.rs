@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use flowmesh_tests::cni::{
     add_pod_via_cni, invoke_cni, log_tail, start_shim, CniCall, CniOutcome, CniPod, NodeShim,
 };
-use flowmesh_tests::e2e::{tcp_probe, ControllerOptions, LabController, TcpServer, METRICS_PORT};
+use flowmesh_tests::e2e::{
+    http_get, tcp_probe, ControllerOptions, LabController, TcpServer, METRICS_PORT,
+};
 use flowmesh_tests::tcp::tcp_transfer;
 use flowmesh_tests::NetnsLab;
 use serde_json::Value;
@@ -19,8 +21,9 @@ use serde_json::Value;
 /// TCP port every pod serves its name on.
 const POD_PORT: u16 = 8080;
 
-/// The lab, its controller and one shim per node.
+/// The lab, its controller, one shim per node, and the pods' TCP servers.
 struct Cluster {
+    servers: std::sync::Mutex<Vec<TcpServer>>,
     lab: NetnsLab,
     ctl: LabController,
     shims: Vec<NodeShim>,
@@ -43,7 +46,12 @@ impl Cluster {
         let shims = (1..=3)
             .map(|i| start_shim(&lab, i, &so).expect("shim"))
             .collect();
-        let c = Cluster { lab, ctl, shims };
+        let c = Cluster {
+            servers: std::sync::Mutex::new(Vec::new()),
+            lab,
+            ctl,
+            shims,
+        };
         c.ctl
             .wait_synced(
                 &c.lab,
@@ -89,9 +97,12 @@ impl Cluster {
     fn add_pod(&self, node: usize, namespace: &str, name: &str) -> CniPod {
         let p = add_pod_via_cni(&self.lab, node, self.shim(node), namespace, name)
             .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name} on node {node}: {e}")));
-        TcpServer::start(&p.ns, p.ip, POD_PORT, name)
-            .map(std::mem::forget)
+        let srv = TcpServer::start(&p.ns, p.ip, POD_PORT, name)
             .unwrap_or_else(|e| self.fail(&format!("TCP server in {name}: {e}")));
+        self.servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(srv);
         p
     }
 
@@ -231,6 +242,22 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
     let t_start = Instant::now();
     let c = Cluster::start(&ControllerOptions::multitenant(), false);
     println!("cluster up in {:.1} s", t_start.elapsed().as_secs_f64());
+    // Each shim registered its node with the node's underlay address and datapath id.
+    let hs = c
+        .ctl
+        .ctl_json(&c.lab, &["get", "hostsubnets"])
+        .unwrap_or_else(|e| c.fail(&format!("get hostsubnets: {e}")));
+    for i in 1..=3usize {
+        let ip = c.lab.underlay_ip(i).to_string();
+        let dpid = format!("0x{i:016x}");
+        assert!(
+            hs.as_array()
+                .is_some_and(|a| a.iter().any(|h| h["node"] == format!("node{i}")
+                    && h["nodeIP"] == ip.as_str()
+                    && h["dpid"] == dpid.as_str())),
+            "node{i} ({ip}, {dpid}) not registered: {hs}"
+        );
+    }
     for ns in ["red", "blue", "shared"] {
         c.ctl(&["namespace", "create", ns]);
     }
@@ -560,15 +587,13 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
 /// The controller's /metrics text (fetched inside the controller namespace).
 fn metrics(c: &Cluster) -> String {
     let addr = SocketAddrV4::new(c.lab.controller_ip(), METRICS_PORT);
-    let body = tcp_probe(
+    http_get(
         c.lab.controller_ns(),
         addr,
-        b"GET /metrics HTTP/1.0\r\nHost: flowmesh\r\n\r\n",
+        "/metrics",
         Duration::from_secs(5),
     )
-    .expect("metrics")
-    .unwrap_or_else(|| c.fail("metrics endpoint unreachable"));
-    String::from_utf8_lossy(&body).into_owned()
+    .unwrap_or_else(|e| c.fail(&format!("GET /metrics: {e}")))
 }
 
 /// The value of an unlabelled metric.
