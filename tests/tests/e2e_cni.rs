@@ -3,6 +3,14 @@
 //! a `flowmesh-shim` per node registered over the node API, and pods created by executing
 //! `flowmesh-cni` exactly as a container runtime does. Reachability is checked with ping and
 //! TCP; namespaces are changed with `flowmeshctl` run inside the controller namespace.
+//!
+//! Run (root, Open vSwitch 3.1; about 20 s once the binaries are built):
+//! `cargo test -p flowmesh-tests --test e2e_cni -- --nocapture` (prints the CNI ADD latency of
+//! 20 pods and the AttachPod share of it).
+//!
+//! The main test leaves OVS's tunnel neighbour table empty, as on a real underlay: the first
+//! packet towards a node not yet resolved is lost while OVS ARPs for it, so a probe that must
+//! succeed counts at least one of three echoes.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
