@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod cni;
+pub mod e2e;
 pub mod error;
 pub mod netns;
 pub mod of_listener;

@@ -1,0 +1,506 @@
+//! End-to-end helpers: the real `flowmesh-controller` running inside a [`NetnsLab`]'s
+//! controller namespace on the underlay, `flowmeshctl` run there against it, and small TCP
+//! probes between namespaces (connect with a deadline, a listener that records peers).
+//!
+//! The controller binaries come from [`controller_bins`]: `$FLOWMESH_CONTROLLER_BIN_DIR` if
+//! set, else `cargo build -p controller --bin flowmesh-controller --bin flowmeshctl` into this
+//! test's own target directory (a no-op when fresh), once per test process -- the same rule
+//! as [`crate::cni::shim_bins`], so both use binaries of the same build.
+//!
+//! ```ignore
+//! let lab = NetnsLab::builder().nodes(3).tun0(false).start()?;
+//! let ctl = LabController::start(&lab, &ControllerOptions::multitenant())?;
+//! ctl.ctl(&lab, &["namespace", "create", "red"])?;
+//! let shim = start_shim(&lab, 1, &ctl.shim_options(&lab))?;
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::cni::{log_tail, ShimOptions};
+use crate::error::{HarnessError, Result};
+use crate::netns::NetnsLab;
+use crate::process::command_line;
+use crate::tcp::{enter_netns, in_netns};
+
+/// OpenFlow port the lab controller listens on (on the controller namespace's address).
+pub const OPENFLOW_PORT: u16 = 6653;
+/// gRPC port (admin + node API) the lab controller listens on.
+pub const GRPC_PORT: u16 = 9650;
+/// Metrics port of the lab controller.
+pub const METRICS_PORT: u16 = 9651;
+
+/// Paths of the controller binaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerBins {
+    /// `flowmesh-controller`.
+    pub controller: PathBuf,
+    /// `flowmeshctl`.
+    pub ctl: PathBuf,
+}
+
+static BINS: OnceLock<std::result::Result<ControllerBins, String>> = OnceLock::new();
+
+/// The controller binaries (see the module doc for where they come from).
+pub fn controller_bins() -> Result<ControllerBins> {
+    BINS.get_or_init(locate_or_build)
+        .clone()
+        .map_err(HarnessError::Invalid)
+}
+
+fn locate_or_build() -> std::result::Result<ControllerBins, String> {
+    let in_dir = |d: &Path| ControllerBins {
+        controller: d.join("flowmesh-controller"),
+        ctl: d.join("flowmeshctl"),
+    };
+    if let Some(dir) = std::env::var_os("FLOWMESH_CONTROLLER_BIN_DIR") {
+        let b = in_dir(Path::new(&dir));
+        return if b.controller.is_file() && b.ctl.is_file() {
+            Ok(b)
+        } else {
+            Err(format!(
+                "FLOWMESH_CONTROLLER_BIN_DIR={dir:?} lacks flowmesh-controller/flowmeshctl"
+            ))
+        };
+    }
+    // The test executable lives in <target>/<profile>/deps/.
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("unexpected test executable path {}", exe.display()))?;
+    let target_dir = profile_dir
+        .parent()
+        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|root| root.join("Cargo.toml"))
+        .ok_or("no workspace root")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "controller",
+        "--bin",
+        "flowmesh-controller",
+        "--bin",
+        "flowmeshctl",
+        "--manifest-path",
+    ])
+    .arg(&manifest)
+    .arg("--target-dir")
+    .arg(target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    clean_cargo_env(&mut cmd);
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", command_line(&cmd)))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            command_line(&cmd),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let b = in_dir(profile_dir);
+    if b.controller.is_file() && b.ctl.is_file() {
+        Ok(b)
+    } else {
+        Err(format!(
+            "built the controller but found no binaries in {}",
+            profile_dir.display()
+        ))
+    }
+}
+
+/// Removes the variables `cargo test` sets for a test process (`CARGO_PKG_*`,
+/// `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...) from a nested `cargo build`: build scripts such as
+/// ring's declare `rerun-if-env-changed` on them, so inheriting them would rebuild those crates
+/// here and again in the next ordinary `cargo test`.
+pub fn clean_cargo_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        let set_by_cargo_for_tests = k == "OUT_DIR"
+            || k == "CARGO_MANIFEST_DIR"
+            || k == "CARGO_MANIFEST_PATH"
+            || k == "CARGO_MANIFEST_LINKS"
+            || k == "CARGO_CRATE_NAME"
+            || k == "CARGO_PRIMARY_PACKAGE"
+            || k == "CARGO_TARGET_TMPDIR"
+            || k == "CARGO_RUSTC_CURRENT_DIR"
+            || k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_");
+        if set_by_cargo_for_tests {
+            cmd.env_remove(k);
+        }
+    }
+}
+
+/// How to start the lab controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerOptions {
+    /// The `--config` YAML (a `ClusterNetworkConfig`).
+    pub config_yaml: String,
+    /// `RUST_LOG` for the controller.
+    pub log: String,
+    /// Extra arguments.
+    pub extra: Vec<String>,
+}
+
+impl ControllerOptions {
+    /// multitenant mode, clusterNetworks 10.128.0.0/14 hostPrefix 23, services 172.30.0.0/16.
+    pub fn multitenant() -> Self {
+        ControllerOptions {
+            config_yaml: "clusterNetworks:\n  - cidr: 10.128.0.0/14\n    hostPrefix: 23\n\
+                          serviceNetwork: 172.30.0.0/16\nmode: multitenant\nvxlanPort: 4789\n\
+                          mtu: 1450\n"
+                .into(),
+            log: "info".into(),
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// The real `flowmesh-controller`, a process started with [`NetnsLab::spawn_in`] inside the
+/// lab's controller namespace (killed by PID with the lab, or by [`LabController::stop`]).
+#[derive(Debug)]
+pub struct LabController {
+    /// Its PID while it runs.
+    pub pid: Option<u32>,
+    /// Log files, one per start.
+    pub logs: Vec<PathBuf>,
+    /// `--data-dir` (kept across restarts).
+    pub data_dir: PathBuf,
+    /// The `--config` file.
+    pub config: PathBuf,
+    /// gRPC address (admin + node API).
+    pub grpc: SocketAddrV4,
+    /// OpenFlow address.
+    pub openflow: SocketAddrV4,
+    opts: ControllerOptions,
+}
+
+impl LabController {
+    /// Writes the config, starts the controller in the lab's controller namespace and waits
+    /// until its gRPC port accepts connections.
+    pub fn start(lab: &NetnsLab, opts: &ControllerOptions) -> Result<Self> {
+        let dir = lab.run_dir().join("controller");
+        std::fs::create_dir_all(&dir).map_err(|source| HarnessError::Io {
+            op: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let config = dir.join("cluster.yaml");
+        std::fs::write(&config, &opts.config_yaml).map_err(|source| HarnessError::Io {
+            op: "write",
+            path: config.clone(),
+            source,
+        })?;
+        let ip = lab.controller_ip();
+        let mut c = LabController {
+            pid: None,
+            logs: Vec::new(),
+            data_dir: dir.join("data"),
+            config,
+            grpc: SocketAddrV4::new(ip, GRPC_PORT),
+            openflow: SocketAddrV4::new(ip, OPENFLOW_PORT),
+            opts: opts.clone(),
+        };
+        c.spawn(lab)?;
+        Ok(c)
+    }
+
+    /// (Re)starts the process with the same data dir and addresses.
+    pub fn spawn(&mut self, lab: &NetnsLab) -> Result<()> {
+        let bins = controller_bins()?;
+        let metrics = SocketAddrV4::new(*self.grpc.ip(), METRICS_PORT).to_string();
+        let mut args: Vec<String> = vec![
+            "--config".into(),
+            self.config.display().to_string(),
+            "--data-dir".into(),
+            self.data_dir.display().to_string(),
+            "--openflow-listen".into(),
+            self.openflow.to_string(),
+            "--grpc-listen".into(),
+            self.grpc.to_string(),
+            "--metrics-listen".into(),
+            metrics,
+        ];
+        args.extend(self.opts.extra.iter().cloned());
+        let arg_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = lab.spawn_in(
+            lab.controller_ns(),
+            &bins.controller.display().to_string(),
+            &arg_ref,
+            &[("RUST_LOG", self.opts.log.as_str())],
+        )?;
+        self.pid = Some(p.pid);
+        self.logs.push(p.log.clone());
+        let grpc = SocketAddr::V4(self.grpc);
+        let timeout = Duration::from_secs(30);
+        let t0 = Instant::now();
+        loop {
+            let up = in_netns(lab.controller_ns(), move || {
+                Ok(TcpStream::connect_timeout(&grpc, Duration::from_millis(200)).is_ok())
+            })?;
+            if up {
+                return Ok(());
+            }
+            if let Some(status) = lab.process_exited(p.pid) {
+                self.pid = None;
+                return Err(HarnessError::DaemonDied {
+                    daemon: "flowmesh-controller".into(),
+                    status: status.to_string(),
+                    log_tail: log_tail(&p.log, 30),
+                });
+            }
+            if t0.elapsed() > timeout {
+                return Err(HarnessError::Timeout {
+                    what: format!("flowmesh-controller gRPC on {grpc}"),
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the process (SIGTERM, then SIGKILL) by PID.
+    pub fn stop(&mut self, lab: &NetnsLab) {
+        if let Some(pid) = self.pid.take() {
+            lab.stop_process(pid);
+        }
+    }
+
+    /// Node API URL for shims.
+    pub fn node_api_url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// OpenFlow target for bridges.
+    pub fn openflow_target(&self) -> String {
+        format!("tcp:{}", self.openflow)
+    }
+
+    /// Shim options pointing at this controller (node API and OpenFlow target).
+    pub fn shim_options(&self) -> ShimOptions {
+        let mut o = ShimOptions::new(self.node_api_url());
+        o.openflow_target = Some(self.openflow_target());
+        o.env = vec![("RUST_LOG".into(), "info".into())];
+        o
+    }
+
+    /// The tail of the current (last) log.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.logs.last().map(|l| log_tail(l, n)).unwrap_or_default()
+    }
+
+    /// Runs `flowmeshctl --server <grpc> ARGS` inside the controller namespace; any exit.
+    pub fn ctl_output(&self, lab: &NetnsLab, args: &[&str]) -> Result<Output> {
+        let bins = controller_bins()?;
+        let server = format!("http://{}", self.grpc);
+        let mut all = vec!["--server", server.as_str(), "--timeout", "20s"];
+        all.extend_from_slice(args);
+        lab.exec_in(lab.controller_ns(), &bins.ctl.display().to_string(), &all)
+    }
+
+    /// Like [`LabController::ctl_output`] but a non-zero exit is an error; returns stdout.
+    pub fn ctl(&self, lab: &NetnsLab, args: &[&str]) -> Result<String> {
+        let out = self.ctl_output(lab, args)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(HarnessError::CommandFailed {
+                command: format!("flowmeshctl {}", args.join(" ")),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                stdout,
+            });
+        }
+        Ok(stdout)
+    }
+
+    /// `flowmeshctl ARGS -o json`, parsed.
+    pub fn ctl_json(&self, lab: &NetnsLab, args: &[&str]) -> Result<serde_json::Value> {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-o", "json"]);
+        let text = self.ctl(lab, &all)?;
+        serde_json::from_str(text.trim()).map_err(|e| HarnessError::Parse {
+            what: format!("flowmeshctl {} -o json", args.join(" ")),
+            detail: format!("{e}: {text}"),
+        })
+    }
+
+    /// Waits until every named node's switch is connected and synced (`get switches`).
+    pub fn wait_synced(&self, lab: &NetnsLab, nodes: &[&str], timeout: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let sw = self.ctl_json(lab, &["get", "switches"])?;
+            let ok = nodes.iter().all(|n| {
+                sw.as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|s| s["node"] == *n && s["connected"] == true && s["synced"] == true)
+                })
+            });
+            if ok {
+                return Ok(());
+            }
+            if t0.elapsed() > timeout {
+                return Err(HarnessError::Timeout {
+                    what: format!("switches {nodes:?} connected and synced: {sw}"),
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Tries a TCP connection from namespace `ns` to `dst` within `timeout`; on success sends
+/// `payload`, reads until EOF, and returns what the server answered (None: no connection).
+pub fn tcp_probe(
+    ns: &str,
+    dst: SocketAddrV4,
+    payload: &[u8],
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>> {
+    let payload = payload.to_vec();
+    in_netns(ns, move || {
+        let Ok(mut s) = TcpStream::connect_timeout(&SocketAddr::V4(dst), timeout) else {
+            return Ok(None);
+        };
+        let io = |source| HarnessError::Net {
+            context: format!("TCP exchange with {dst}"),
+            source,
+        };
+        s.set_read_timeout(Some(timeout)).map_err(io)?;
+        s.set_write_timeout(Some(timeout)).map_err(io)?;
+        s.write_all(&payload).map_err(io)?;
+        s.shutdown(std::net::Shutdown::Write).map_err(io)?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).map_err(io)?;
+        Ok(Some(buf))
+    })
+}
+
+/// `GET path` over HTTP/1.1 (`Connection: close`) from namespace `ns`; returns the body.
+/// Unlike [`tcp_probe`] it does not half-close: HTTP servers may drop a half-closed client
+/// before answering.
+pub fn http_get(ns: &str, addr: SocketAddrV4, path: &str, timeout: Duration) -> Result<String> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    in_netns(ns, move || {
+        let io = |source| HarnessError::Net {
+            context: format!("HTTP GET {addr}"),
+            source,
+        };
+        let mut s = TcpStream::connect_timeout(&SocketAddr::V4(addr), timeout).map_err(io)?;
+        s.set_read_timeout(Some(timeout)).map_err(io)?;
+        s.write_all(req.as_bytes()).map_err(io)?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).map_err(io)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        match text.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+            _ => Err(HarnessError::Parse {
+                what: format!("HTTP GET {addr}{}", req.lines().next().unwrap_or("")),
+                detail: text,
+            }),
+        }
+    })
+}
+
+/// A TCP server in a namespace: for each connection it records the peer address, reads the
+/// request until EOF and answers `<name> peer=<addr>`. Stops when dropped.
+#[derive(Debug)]
+pub struct TcpServer {
+    /// Where it listens.
+    pub addr: SocketAddrV4,
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TcpServer {
+    /// Binds `ip:port` inside `ns` and serves on a background thread (which stays in `ns`).
+    pub fn start(ns: &str, ip: Ipv4Addr, port: u16, name: &str) -> Result<Self> {
+        let addr = SocketAddrV4::new(ip, port);
+        let ns_owned = ns.to_owned();
+        let name = name.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (peers2, stop2) = (Arc::clone(&peers), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name(format!("tcp-server-{ns}"))
+            .spawn(move || {
+                let bound = enter_netns(&ns_owned).and_then(|()| {
+                    let l = TcpListener::bind(addr).map_err(|source| HarnessError::Net {
+                        context: format!("bind {addr} in {ns_owned}"),
+                        source,
+                    })?;
+                    l.set_nonblocking(true)
+                        .map_err(|source| HarnessError::Net {
+                            context: "nonblocking listener".into(),
+                            source,
+                        })?;
+                    Ok(l)
+                });
+                let l = match bound {
+                    Ok(l) => {
+                        let _ = tx.send(Ok(()));
+                        l
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                while !stop2.load(Ordering::Relaxed) {
+                    let (mut s, peer) = match l.accept() {
+                        Ok(c) => c,
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                    };
+                    peers2
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(peer);
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut sink = Vec::new();
+                    let _ = s.read_to_end(&mut sink);
+                    let _ = s.write_all(format!("{name} peer={peer}").as_bytes());
+                }
+            })
+            .map_err(|source| HarnessError::Net {
+                context: "spawn a TCP server".into(),
+                source,
+            })?;
+        rx.recv()
+            .map_err(|_| HarnessError::Invalid("TCP server thread ended".into()))??;
+        Ok(TcpServer { addr, peers, stop })
+    }
+
+    /// Peers seen so far.
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        self.peers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
