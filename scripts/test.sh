@@ -16,4 +16,5 @@ cargo build --workspace --all-targets --locked
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 export FLOWMESH_BIN_DIR="${FLOWMESH_BIN_DIR:-$target_dir/debug}"
 export FLOWMESH_SHIM_BIN_DIR="${FLOWMESH_SHIM_BIN_DIR:-$FLOWMESH_BIN_DIR}"
+export FLOWMESH_CONTROLLER_BIN_DIR="${FLOWMESH_CONTROLLER_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 cargo test --workspace --locked -- --test-threads="${FLOWMESH_TEST_THREADS:-4}"
