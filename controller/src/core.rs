@@ -279,6 +279,31 @@ pub fn namespace_change(m: &ClusterModel, name: &str) -> Change {
     }
 }
 
+/// Move a switch from one reconciler to another without both writing to it at once: the old
+/// one finishes any bundle in flight and stops, then the new one gets the link (and reads the
+/// switch afresh). `from: None` hands the link over at once.
+fn handoff(
+    from: Option<ReconcilerHandle>,
+    to: Option<ReconcilerHandle>,
+    link: Option<(u64, u64, Arc<dyn SwitchLink>)>,
+) {
+    tokio::spawn(async move {
+        if let Some(old) = from {
+            let (tx, rx) = oneshot::channel();
+            if old.tx.send(ReconcileCmd::Stop { reply: tx }).is_ok() {
+                let _ = rx.await;
+            }
+        }
+        if let (Some(to), Some((conn_id, dpid, link))) = (to, link) {
+            let _ = to.tx.send(ReconcileCmd::Connected {
+                conn_id,
+                dpid,
+                link,
+            });
+        }
+    });
+}
+
 /// The FlowSet of a datapath no node claims: one drop-everything flow.
 pub fn unknown_datapath_flows() -> FlowSet {
     FlowSet::new(vec![Flow::new(0, 0, Match::new())], Vec::new())
@@ -460,16 +485,13 @@ impl Core {
         );
         self.reconcilers.insert(node.to_string(), h.clone());
         if let Some(dpid) = self.model.node(node).map(|n| n.dpid) {
-            if let Some(u) = self.unknown.remove(&dpid) {
-                let (tx, _rx) = oneshot::channel();
-                let _ = u.tx.send(ReconcileCmd::Stop { reply: tx });
-            }
-            if let Some((conn_id, link)) = self.connected.get(&dpid) {
-                let _ = h.tx.send(ReconcileCmd::Connected {
-                    conn_id: *conn_id,
-                    dpid,
-                    link: link.clone(),
-                });
+            let old = self.unknown.remove(&dpid);
+            let link = self
+                .connected
+                .get(&dpid)
+                .map(|(c, l)| (*c, dpid, l.clone()));
+            if old.is_some() || link.is_some() {
+                handoff(old, Some(h.clone()), link);
             }
         }
         h
@@ -485,18 +507,25 @@ impl Core {
             .collect();
         for n in gone {
             if let Some(h) = self.reconcilers.remove(&n) {
-                let (tx, _rx) = oneshot::channel();
-                let _ = h.tx.send(ReconcileCmd::Stop { reply: tx });
                 let dpid = h.status.dpid.load(std::sync::atomic::Ordering::Relaxed);
-                if let Some((conn_id, link)) = self.connected.get(&dpid).cloned() {
-                    self.start_unknown(conn_id, dpid, link);
+                match self.connected.get(&dpid).cloned() {
+                    Some((conn_id, link)) => self.start_unknown(Some(h), conn_id, dpid, link),
+                    None => handoff(Some(h), None, None),
                 }
             }
             self.pipeline.forget_node(&n);
         }
     }
 
-    fn start_unknown(&mut self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>) {
+    /// Give a switch no node claims to an unknown-datapath reconciler, after `previous` (the
+    /// reconciler that had it) stopped.
+    fn start_unknown(
+        &mut self,
+        previous: Option<ReconcilerHandle>,
+        conn_id: u64,
+        dpid: u64,
+        link: Arc<dyn SwitchLink>,
+    ) {
         let h = Reconciler::spawn(
             "",
             true,
@@ -504,11 +533,7 @@ impl Core {
             self.cfg.audit_interval,
             self.metrics.clone(),
         );
-        let _ = h.tx.send(ReconcileCmd::Connected {
-            conn_id,
-            dpid,
-            link,
-        });
+        handoff(previous, Some(h.clone()), Some((conn_id, dpid, link)));
         self.unknown.insert(dpid, h);
         self.publish(Event::now(
             "UnknownDatapath",
@@ -535,11 +560,8 @@ impl Core {
                 ));
             }
             None => {
-                if let Some(old) = self.unknown.remove(&dpid) {
-                    let (tx, _rx) = oneshot::channel();
-                    let _ = old.tx.send(ReconcileCmd::Stop { reply: tx });
-                }
-                self.start_unknown(conn_id, dpid, link);
+                let old = self.unknown.remove(&dpid);
+                self.start_unknown(old, conn_id, dpid, link);
             }
         }
     }
