@@ -436,3 +436,74 @@ async fn an_unknown_datapath_gets_only_a_default_drop_and_is_listed() {
         .items;
     assert!(!sw.iter().any(|s| s.unknown), "{sw:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_switch_is_reported_and_does_not_stop_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctl = Controller::start(&dir.path().join("data"), &[]);
+    let sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+
+    // OpenFlow 1.3 allows port 0xff00; Open vSwitch refuses flows that name it (here the
+    // in_port match, OFPBMC_BAD_VALUE): the pod's bundle is refused as a whole.
+    let err = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "bad".into(),
+            port_name: "node-a-bad".into(),
+            ofport: 0xff00,
+        })
+        .await
+        .expect_err("the switch must refuse the pod's flows");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("refused"), "{}", err.message());
+    let sw = admin
+        .list_switches(pa::Empty {})
+        .await
+        .expect("switches")
+        .into_inner()
+        .items;
+    let a = sw.iter().find(|s| s.node == "node-a").expect("node-a");
+    // The error names the refused flow and the switch's error.
+    assert!(a.errors >= 1 && !a.synced, "{a:?}");
+    assert!(
+        a.last_error.contains("in_port=65280") && a.last_error.contains("OFPBMC_BAD_VALUE"),
+        "{a:?}"
+    );
+    // Nothing of the refused bundle reached node-a.
+    assert!(!sbx
+        .dump_flows("node-a")
+        .expect("dump")
+        .iter()
+        .any(|l| l.contains("65280")));
+
+    // Other switches go on.
+    admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-b".into(),
+            namespace: "ns2".into(),
+            name: "fine".into(),
+            port_name: OvsSandbox::port_name("node-b", "p1"),
+            ofport: 5,
+        })
+        .await
+        .expect("node-b still takes changes");
+    assert_eq!(
+        sbx.dump_flows("node-b").expect("dump"),
+        desired(&mut admin, "node-b").await
+    );
+
+    // Removing the offending pod lets node-a converge again.
+    admin
+        .detach_pod(pa::PodRef {
+            namespace: "ns1".into(),
+            name: "bad".into(),
+        })
+        .await
+        .expect("detach");
+    wait_synced(&mut admin, &["node-a"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+}
