@@ -48,69 +48,15 @@ pub fn shim_bins() -> Result<ShimBins> {
 }
 
 fn locate_or_build() -> std::result::Result<ShimBins, String> {
-    let in_dir = |d: &Path| ShimBins {
-        shim: d.join("flowmesh-shim"),
-        cni: d.join("flowmesh-cni"),
-    };
-    if let Some(dir) = std::env::var_os("FLOWMESH_SHIM_BIN_DIR") {
-        let b = in_dir(Path::new(&dir));
-        return if b.shim.is_file() && b.cni.is_file() {
-            Ok(b)
-        } else {
-            Err(format!(
-                "FLOWMESH_SHIM_BIN_DIR={dir:?} lacks flowmesh-shim/flowmesh-cni"
-            ))
-        };
-    }
-    // The test executable lives in <target>/<profile>/deps/.
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| format!("unexpected test executable path {}", exe.display()))?;
-    let target_dir = profile_dir
-        .parent()
-        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(|root| root.join("Cargo.toml"))
-        .ok_or("no workspace root")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "agent-shim",
-        "--bins",
-        "--manifest-path",
-    ])
-    .arg(&manifest)
-    .arg("--target-dir")
-    .arg(target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", command_line(&cmd)))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            command_line(&cmd),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let b = in_dir(profile_dir);
-    if b.shim.is_file() && b.cni.is_file() {
-        Ok(b)
-    } else {
-        Err(format!(
-            "built agent-shim but found no binaries in {}",
-            profile_dir.display()
-        ))
-    }
+    let dir = crate::bins::locate_or_build(
+        "FLOWMESH_SHIM_BIN_DIR",
+        &["-p", "agent-shim", "--bins"],
+        &["flowmesh-shim", "flowmesh-cni"],
+    )?;
+    Ok(ShimBins {
+        shim: dir.join("flowmesh-shim"),
+        cni: dir.join("flowmesh-cni"),
+    })
 }
 
 /// How to start a shim.

@@ -16,8 +16,8 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use crate::cni::{log_tail, ShimOptions};
 use crate::error::{HarnessError, Result};
 use crate::netns::NetnsLab;
-use crate::process::command_line;
 use crate::tcp::{enter_netns, in_netns};
 
 /// OpenFlow port the lab controller listens on (on the controller namespace's address).
@@ -54,96 +53,22 @@ pub fn controller_bins() -> Result<ControllerBins> {
 }
 
 fn locate_or_build() -> std::result::Result<ControllerBins, String> {
-    let in_dir = |d: &Path| ControllerBins {
-        controller: d.join("flowmesh-controller"),
-        ctl: d.join("flowmeshctl"),
-    };
-    if let Some(dir) = std::env::var_os("FLOWMESH_CONTROLLER_BIN_DIR") {
-        let b = in_dir(Path::new(&dir));
-        return if b.controller.is_file() && b.ctl.is_file() {
-            Ok(b)
-        } else {
-            Err(format!(
-                "FLOWMESH_CONTROLLER_BIN_DIR={dir:?} lacks flowmesh-controller/flowmeshctl"
-            ))
-        };
-    }
-    // The test executable lives in <target>/<profile>/deps/.
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| format!("unexpected test executable path {}", exe.display()))?;
-    let target_dir = profile_dir
-        .parent()
-        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(|root| root.join("Cargo.toml"))
-        .ok_or("no workspace root")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "controller",
-        "--bin",
-        "flowmesh-controller",
-        "--bin",
-        "flowmeshctl",
-        "--manifest-path",
-    ])
-    .arg(&manifest)
-    .arg("--target-dir")
-    .arg(target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    clean_cargo_env(&mut cmd);
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", command_line(&cmd)))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            command_line(&cmd),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let b = in_dir(profile_dir);
-    if b.controller.is_file() && b.ctl.is_file() {
-        Ok(b)
-    } else {
-        Err(format!(
-            "built the controller but found no binaries in {}",
-            profile_dir.display()
-        ))
-    }
-}
-
-/// Removes the variables `cargo test` sets for a test process (`CARGO_PKG_*`,
-/// `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...) from a nested `cargo build`: build scripts such as
-/// ring's declare `rerun-if-env-changed` on them, so inheriting them would rebuild those crates
-/// here and again in the next ordinary `cargo test`.
-pub fn clean_cargo_env(cmd: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        let Some(k) = k.to_str() else { continue };
-        let set_by_cargo_for_tests = k == "OUT_DIR"
-            || k == "CARGO_MANIFEST_DIR"
-            || k == "CARGO_MANIFEST_PATH"
-            || k == "CARGO_MANIFEST_LINKS"
-            || k == "CARGO_CRATE_NAME"
-            || k == "CARGO_PRIMARY_PACKAGE"
-            || k == "CARGO_TARGET_TMPDIR"
-            || k == "CARGO_RUSTC_CURRENT_DIR"
-            || k.starts_with("CARGO_PKG_")
-            || k.starts_with("CARGO_BIN_");
-        if set_by_cargo_for_tests {
-            cmd.env_remove(k);
-        }
-    }
+    let dir = crate::bins::locate_or_build(
+        "FLOWMESH_CONTROLLER_BIN_DIR",
+        &[
+            "-p",
+            "controller",
+            "--bin",
+            "flowmesh-controller",
+            "--bin",
+            "flowmeshctl",
+        ],
+        &["flowmesh-controller", "flowmeshctl"],
+    )?;
+    Ok(ControllerBins {
+        controller: dir.join("flowmesh-controller"),
+        ctl: dir.join("flowmeshctl"),
+    })
 }
 
 /// How to start the lab controller.

@@ -10,6 +10,7 @@
 //! panics); names and directories are unique per instance; leftovers of dead runs are reaped.
 
 pub mod bench;
+pub mod bins;
 pub mod cni;
 pub mod e2e;
 pub mod error;

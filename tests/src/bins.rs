@@ -1,0 +1,94 @@
+//! flowmesh's own binaries for tests: taken from a directory named by an environment variable
+//! (`scripts/test.sh` sets them after its build), or built once per test process with a nested
+//! `cargo build` into the test's own target directory (a no-op when they are fresh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::process::command_line;
+
+/// The directory holding every binary in `names`: `$env_var` if set (it must hold them),
+/// else the test's profile directory after `cargo build <build_args>` (quiet, same profile).
+pub fn locate_or_build(
+    env_var: &str,
+    build_args: &[&str],
+    names: &[&str],
+) -> std::result::Result<PathBuf, String> {
+    let all_in = |d: &Path| names.iter().all(|n| d.join(n).is_file());
+    if let Some(dir) = std::env::var_os(env_var) {
+        let dir = PathBuf::from(dir);
+        return if all_in(&dir) {
+            Ok(dir)
+        } else {
+            Err(format!("{env_var}={dir:?} lacks {}", names.join("/")))
+        };
+    }
+    // The test executable lives in <target>/<profile>/deps/.
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("unexpected test executable path {}", exe.display()))?;
+    let target_dir = profile_dir
+        .parent()
+        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|root| root.join("Cargo.toml"))
+        .ok_or("no workspace root")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet"])
+        .args(build_args)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    clean_cargo_env(&mut cmd);
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", command_line(&cmd)))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            command_line(&cmd),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if all_in(profile_dir) {
+        Ok(profile_dir.to_path_buf())
+    } else {
+        Err(format!(
+            "built {} but found no binaries in {}",
+            names.join("/"),
+            profile_dir.display()
+        ))
+    }
+}
+
+/// Removes the variables `cargo test` sets for a test process (`CARGO_PKG_*`,
+/// `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...) from a nested `cargo build`: build scripts such as
+/// ring's declare `rerun-if-env-changed` on them, so inheriting them would rebuild those crates
+/// here and again in the next ordinary `cargo test`.
+pub fn clean_cargo_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        let set_by_cargo_for_tests = k == "OUT_DIR"
+            || k == "CARGO_MANIFEST_DIR"
+            || k == "CARGO_MANIFEST_PATH"
+            || k == "CARGO_MANIFEST_LINKS"
+            || k == "CARGO_CRATE_NAME"
+            || k == "CARGO_PRIMARY_PACKAGE"
+            || k == "CARGO_TARGET_TMPDIR"
+            || k == "CARGO_RUSTC_CURRENT_DIR"
+            || k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_");
+        if set_by_cargo_for_tests {
+            cmd.env_remove(k);
+        }
+    }
+}
