@@ -2,16 +2,12 @@
 //! every object is applied (stored, flows acknowledged) or none is. Applying the same file
 //! twice changes nothing the second time.
 
-use crate::core::{
-    cursors_change, namespace_change, node_change, pod_change, CoreHandle, Effects, Event,
-};
+use crate::core::{cursors_change, namespace_change, CoreHandle, Effects};
 use crate::error::ApiError;
 use crate::manifest::{self, ClusterNetworkSpec, ManifestObject, NetworkMode};
-use crate::ops::check_name;
+use crate::ops::{add_node_in, attach_pod_in, create_namespace_in, PodRequest};
 use crate::state::{Change, Record};
-use topology::{
-    Affected, ClusterModel, ClusterNetworkConfig, ClusterNetworkEntry, Ipv4Cidr, Mode, PodAttach,
-};
+use topology::{Affected, ClusterModel, ClusterNetworkConfig, ClusterNetworkEntry, Ipv4Cidr, Mode};
 
 /// Apply a multi-document YAML; returns one result line per object (`namespace/a created`).
 pub async fn apply_yaml(core: &CoreHandle, yaml: &str) -> Result<Vec<String>, ApiError> {
@@ -61,14 +57,13 @@ fn apply_one(
 ) -> Result<&'static str, ApiError> {
     match o {
         ManifestObject::Namespace(ns) => {
-            check_name("namespace", &ns.name)?;
-            let existed = m.namespace(&ns.name);
-            let (info, a) = m.add_namespace(&ns.name)?;
-            merge(fx, a);
-            let mut verb = if existed.is_some() {
-                "unchanged"
-            } else {
-                "created"
+            let (info, mut verb) = match m.namespace(&ns.name) {
+                Some(info) => (info, "unchanged"),
+                None => {
+                    let (info, created) = create_namespace_in(m, &ns.name)?;
+                    fx.merge(created);
+                    (info, "created")
+                }
             };
             if let Some(want) = ns.netid {
                 if want != info.netid {
@@ -89,20 +84,14 @@ fn apply_one(
                     verb = "configured";
                 }
             }
-            fx.changes.push(namespace_change(m, &ns.name));
-            if verb != "unchanged" {
-                fx.events.push(Event::now(
-                    "NamespaceCreated",
-                    format!("namespace/{}", ns.name),
-                    format!("namespace {} applied", ns.name),
-                ));
+            if verb == "configured" {
+                fx.changes.push(namespace_change(m, &ns.name));
             }
             Ok(verb)
         }
         ManifestObject::Node(n) => {
-            check_name("node", &n.name)?;
             let existed = m.node(&n.name).cloned();
-            let (info, a) = m.add_node(&n.name, n.node_ip, n.dpid)?;
+            let (info, added) = add_node_in(m, &n.name, n.node_ip, n.dpid)?;
             if let Some(s) = &n.subnet {
                 if s.parse::<Ipv4Cidr>().ok() != Some(info.subnet) {
                     return Err(ApiError::Invalid(format!(
@@ -111,16 +100,17 @@ fn apply_one(
                     )));
                 }
             }
-            merge(fx, a);
-            fx.changes.push(node_change(m, &n.name));
-            Ok(match existed {
+            let verb = match existed {
                 None => "created",
                 Some(old) if old == info => "unchanged",
                 Some(_) => "configured",
-            })
+            };
+            if verb != "unchanged" {
+                fx.merge(added);
+            }
+            Ok(verb)
         }
         ManifestObject::Pod(p) => {
-            check_name("pod", &p.name)?;
             let ofport = p.ofport.ok_or_else(|| {
                 ApiError::Invalid("the annotation flowmesh.io/ofport is required (the OpenFlow port of flowmesh.io/ovs-port)".into())
             })?;
@@ -133,21 +123,17 @@ fn apply_one(
                     p.namespace, p.name, old.node, old.port_name
                 )));
             }
-            if m.namespace(&p.namespace).is_none() {
-                return Err(ApiError::from(topology::ModelError::UnknownNamespace(
-                    p.namespace.clone(),
-                )));
-            }
-            let (_, a) = m.add_pod(PodAttach {
-                namespace: &p.namespace,
-                name: &p.name,
-                node: &p.node,
-                port_name: &p.port_name,
-                ofport,
-            })?;
-            merge(fx, a);
-            fx.changes.push(pod_change(m, &p.namespace, &p.name));
-            fx.changes.push(node_change(m, &p.node));
+            let (_, attached) = attach_pod_in(
+                m,
+                &PodRequest {
+                    node: p.node.clone(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    port_name: p.port_name.clone(),
+                    ofport,
+                },
+            )?;
+            fx.merge(attached);
             Ok("created")
         }
         ManifestObject::ClusterNetwork(c) => {

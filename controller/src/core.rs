@@ -63,6 +63,16 @@ pub struct Effects {
     pub events: Vec<Event>,
 }
 
+impl Effects {
+    /// Fold another mutation's effects into these (one transaction of several objects). The
+    /// other's connection requirement is not carried over: a transaction names at most one.
+    pub fn merge(&mut self, other: Effects) {
+        self.affected.merge(other.affected);
+        self.changes.extend(other.changes);
+        self.events.extend(other.events);
+    }
+}
+
 type Finish = Box<dyn FnOnce(Result<(), ApiError>) + Send>;
 type MutateFn = Box<dyn FnOnce(&mut ClusterModel) -> Option<(Effects, Finish)> + Send>;
 type ReadFn = Box<dyn FnOnce(&mut Core) + Send>;

@@ -262,11 +262,13 @@ impl Admin for AdminService {
         let r = r.into_inner();
         let p = ops::attach_pod(
             &self.core,
-            r.node,
-            r.namespace,
-            r.name,
-            r.port_name,
-            r.ofport,
+            ops::PodRequest {
+                node: r.node,
+                namespace: r.namespace,
+                name: r.name,
+                port_name: r.port_name,
+                ofport: r.ofport,
+            },
         )
         .await?;
         let out = self.core.read(move |c| pod(&c.model, &p)).await?;
@@ -548,11 +550,13 @@ impl NodeApi for NodeService {
         let r = r.into_inner();
         let p = ops::attach_pod(
             &self.core,
-            r.node,
-            r.namespace,
-            r.name,
-            r.port_name,
-            r.ofport,
+            ops::PodRequest {
+                node: r.node,
+                namespace: r.namespace,
+                name: r.name,
+                port_name: r.port_name,
+                ofport: r.ofport,
+            },
         )
         .await?;
         let out = self

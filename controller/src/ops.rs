@@ -8,7 +8,7 @@ use crate::core::{
 use crate::error::ApiError;
 use std::net::Ipv4Addr;
 use topology::model::{NamespaceInfo, NodeInfo};
-use topology::{ModelError, PodAttach, PodInfo};
+use topology::{ClusterModel, ModelError, PodAttach, PodInfo};
 
 /// Add (or update the IP/datapath of) a node; allocates its subnet on first add.
 pub async fn add_node(
@@ -18,26 +18,34 @@ pub async fn add_node(
     dpid: u64,
 ) -> Result<NodeInfo, ApiError> {
     check_name("node", &name)?;
-    core.mutate(move |m| {
-        let existed = m.node(&name).is_some();
-        let (info, affected) = m.add_node(&name, ip, dpid)?;
-        let ev = Event::now(
-            if existed { "NodeUpdated" } else { "NodeAdded" },
-            format!("node/{name}"),
-            format!(
-                "node {name} ({ip}, datapath {dpid:#018x}) has subnet {}",
-                info.subnet
-            ),
-        );
-        let effects = Effects {
-            affected,
-            changes: vec![node_change(m, &name), cursors_change(m)],
-            require_connected: None,
-            events: vec![ev],
-        };
-        Ok((info, effects))
-    })
-    .await
+    core.mutate(move |m| add_node_in(m, &name, ip, dpid)).await
+}
+
+/// The model side of [`add_node`]: the change, the records it touched and its event.
+pub fn add_node_in(
+    m: &mut ClusterModel,
+    name: &str,
+    ip: Ipv4Addr,
+    dpid: u64,
+) -> Result<(NodeInfo, Effects), ApiError> {
+    check_name("node", name)?;
+    let existed = m.node(name).is_some();
+    let (info, affected) = m.add_node(name, ip, dpid)?;
+    let ev = Event::now(
+        if existed { "NodeUpdated" } else { "NodeAdded" },
+        format!("node/{name}"),
+        format!(
+            "node {name} ({ip}, datapath {dpid:#018x}) has subnet {}",
+            info.subnet
+        ),
+    );
+    let effects = Effects {
+        affected,
+        changes: vec![node_change(m, name), cursors_change(m)],
+        require_connected: None,
+        events: vec![ev],
+    };
+    Ok((info, effects))
 }
 
 /// Delete a node (its pods go with it) and release its subnet.
@@ -71,30 +79,36 @@ pub async fn delete_node(core: &CoreHandle, name: String) -> Result<(), ApiError
 /// Create a namespace (allocating its NETID). An existing namespace is an error.
 pub async fn create_namespace(core: &CoreHandle, name: String) -> Result<NamespaceInfo, ApiError> {
     check_name("namespace", &name)?;
-    core.mutate(move |m| {
-        if m.namespace(&name).is_some() {
-            return Err(ApiError::AlreadyExists(format!(
-                "namespace {name:?} already exists"
-            )));
-        }
-        let (info, affected) = m.add_namespace(&name)?;
-        let ev = Event::now(
-            "NamespaceCreated",
-            format!("namespace/{name}"),
-            format!("namespace {name} has NETID {}", info.netid),
-        );
-        let changes = vec![namespace_change(m, &name), cursors_change(m)];
-        Ok((
-            info,
-            Effects {
-                affected,
-                changes,
-                require_connected: None,
-                events: vec![ev],
-            },
-        ))
-    })
-    .await
+    core.mutate(move |m| create_namespace_in(m, &name)).await
+}
+
+/// The model side of [`create_namespace`].
+pub fn create_namespace_in(
+    m: &mut ClusterModel,
+    name: &str,
+) -> Result<(NamespaceInfo, Effects), ApiError> {
+    check_name("namespace", name)?;
+    if m.namespace(name).is_some() {
+        return Err(ApiError::AlreadyExists(format!(
+            "namespace {name:?} already exists"
+        )));
+    }
+    let (info, affected) = m.add_namespace(name)?;
+    let ev = Event::now(
+        "NamespaceCreated",
+        format!("namespace/{name}"),
+        format!("namespace {name} has NETID {}", info.netid),
+    );
+    let changes = vec![namespace_change(m, name), cursors_change(m)];
+    Ok((
+        info,
+        Effects {
+            affected,
+            changes,
+            require_connected: None,
+            events: vec![ev],
+        },
+    ))
 }
 
 /// Delete a namespace (its pods go with it) and free its NETID when unused.
@@ -131,59 +145,89 @@ pub async fn delete_namespace(core: &CoreHandle, name: String) -> Result<(), Api
     .await
 }
 
-/// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows.
-pub async fn attach_pod(
-    core: &CoreHandle,
-    node: String,
-    namespace: String,
-    name: String,
-    port_name: String,
-    ofport: u32,
-) -> Result<PodInfo, ApiError> {
-    check_name("pod", &name)?;
-    if port_name.is_empty() {
-        return Err(ApiError::Invalid(format!(
-            "pod {namespace}/{name}: the OVS port name is required"
-        )));
-    }
-    if ofport == 0 || ofport >= ofproto::action::port::MAX {
-        return Err(ApiError::Invalid(format!(
-            "pod {namespace}/{name}: ofport {ofport} is not a valid OpenFlow port number"
-        )));
-    }
-    core.mutate(move |m| {
-        if m.namespace(&namespace).is_none() {
-            return Err(ApiError::from(ModelError::UnknownNamespace(
-                namespace.clone(),
+/// A pod to attach: where it runs and on which OVS port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRequest {
+    /// Node.
+    pub node: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Host-side OVS port name.
+    pub port_name: String,
+    /// Its OpenFlow port number.
+    pub ofport: u32,
+}
+
+impl PodRequest {
+    /// Checks that need no model: the name, the port name, the ofport range.
+    fn validate(&self) -> Result<(), ApiError> {
+        let (namespace, name, ofport) = (&self.namespace, &self.name, self.ofport);
+        check_name("pod", name)?;
+        if self.port_name.is_empty() {
+            return Err(ApiError::Invalid(format!(
+                "pod {namespace}/{name}: the OVS port name is required"
             )));
         }
-        let (info, affected) = m.add_pod(PodAttach {
-            namespace: &namespace,
-            name: &name,
-            node: &node,
-            port_name: &port_name,
-            ofport,
-        })?;
-        let ev = Event::now(
-            "PodAttached",
-            format!("pod/{namespace}/{name}"),
-            format!(
-                "pod {namespace}/{name} on {node} port {port_name} (ofport {ofport}) has IP {}",
-                info.ip
-            ),
-        );
-        let changes = vec![pod_change(m, &namespace, &name), node_change(m, &node)];
-        Ok((
-            info,
-            Effects {
-                affected,
-                changes,
-                require_connected: Some(node.clone()),
-                events: vec![ev],
-            },
-        ))
-    })
-    .await
+        if ofport == 0 || ofport >= ofproto::action::port::MAX {
+            return Err(ApiError::Invalid(format!(
+                "pod {namespace}/{name}: ofport {ofport} is not a valid OpenFlow port number"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows.
+pub async fn attach_pod(core: &CoreHandle, pod: PodRequest) -> Result<PodInfo, ApiError> {
+    pod.validate()?;
+    core.mutate(move |m| attach_pod_in(m, &pod)).await
+}
+
+/// The model side of [`attach_pod`]; the pod's node must acknowledge.
+pub fn attach_pod_in(
+    m: &mut ClusterModel,
+    pod: &PodRequest,
+) -> Result<(PodInfo, Effects), ApiError> {
+    pod.validate()?;
+    let PodRequest {
+        node,
+        namespace,
+        name,
+        port_name,
+        ofport,
+    } = pod;
+    if m.namespace(namespace).is_none() {
+        return Err(ApiError::from(ModelError::UnknownNamespace(
+            namespace.clone(),
+        )));
+    }
+    let (info, affected) = m.add_pod(PodAttach {
+        namespace,
+        name,
+        node,
+        port_name,
+        ofport: *ofport,
+    })?;
+    let ev = Event::now(
+        "PodAttached",
+        format!("pod/{namespace}/{name}"),
+        format!(
+            "pod {namespace}/{name} on {node} port {port_name} (ofport {ofport}) has IP {}",
+            info.ip
+        ),
+    );
+    let changes = vec![pod_change(m, namespace, name), node_change(m, node)];
+    Ok((
+        info,
+        Effects {
+            affected,
+            changes,
+            require_connected: Some(node.clone()),
+            events: vec![ev],
+        },
+    ))
 }
 
 /// Detach a pod and free its IP; Ok(false) when there was no such pod.
