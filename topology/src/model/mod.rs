@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
+pub use labels::{LabelSelector, Labels, Requirement, SelectorOp};
+pub use policy::{
+    ContainerPort, NetworkPolicy, Peer, PodMeta, PolicyError, PolicyKey, PolicyPort, PolicyRule,
+    PortSpec, Protocol,
+};
+
 /// The namespace whose NETID is always 0.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -69,6 +75,9 @@ pub struct NamespaceInfo {
     pub name: String,
     /// Its NETID (0 = global).
     pub netid: u32,
+    /// `metadata.labels`.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// A pod attached to a node.
@@ -84,6 +93,12 @@ pub struct PodInfo {
     pub ofport: u32,
     /// Its IP (from the node subnet).
     pub ip: Ipv4Addr,
+    /// `metadata.labels`.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
+    /// Named container ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<ContainerPort>,
 }
 
 impl PodInfo {
@@ -230,6 +245,25 @@ pub enum ModelError {
         /// Its name.
         name: String,
     },
+    /// No such NetworkPolicy.
+    #[error("unknown networkpolicy {namespace}/{name}")]
+    UnknownPolicy {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A policy, label or named port is invalid.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// Namespaces share a NETID, which networkpolicy mode does not allow.
+    #[error("namespaces {namespaces} share NETID {netid}; networkpolicy mode needs one NETID per namespace (isolate them first: flowmeshctl adm pod-network isolate-projects ...)")]
+    SharedNetId {
+        /// The NETID.
+        netid: u32,
+        /// The namespaces sharing it, comma-separated.
+        namespaces: String,
+    },
     /// A NETID in saved state is out of range.
     #[error("namespace {namespace}: NETID {netid} is out of range (0..=16777215)")]
     BadNetId {
@@ -274,6 +308,17 @@ struct NamespaceEntry {
     netid: u32,
     vertex: NodeIndex,
     pods: BTreeSet<String>,
+    labels: Labels,
+}
+
+impl NamespaceEntry {
+    fn info(&self, name: &str) -> NamespaceInfo {
+        NamespaceInfo {
+            name: name.to_string(),
+            netid: self.netid,
+            labels: self.labels.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -315,6 +360,9 @@ pub struct ModelSnapshot {
     pub subnet_cursors: Vec<u64>,
     /// NETID allocation cursor.
     pub netid_cursor: u32,
+    /// NetworkPolicies.
+    #[serde(default)]
+    pub policies: Vec<NetworkPolicy>,
 }
 
 /// What to attach: a pod on a node's OVS port.
@@ -345,8 +393,10 @@ pub struct ClusterModel {
     netid_vertices: BTreeMap<u32, NodeIndex>,
     node_ips: BTreeMap<Ipv4Addr, String>,
     dpids: BTreeMap<u64, String>,
+    policies: BTreeMap<PolicyKey, NetworkPolicy>,
     node_epoch: u64,
     config_epoch: u64,
+    policy_epoch: u64,
 }
 
 impl ClusterModel {
@@ -364,8 +414,10 @@ impl ClusterModel {
             netid_vertices: BTreeMap::new(),
             node_ips: BTreeMap::new(),
             dpids: BTreeMap::new(),
+            policies: BTreeMap::new(),
             node_epoch: 0,
             config_epoch: 0,
+            policy_epoch: 0,
         })
     }
 
@@ -382,10 +434,15 @@ impl ClusterModel {
         &self.config
     }
 
-    /// Replace the config; ranges, service network and mode of a cluster with nodes are kept
-    /// (ranges may be appended). Affects every node.
+    /// Replace the config; ranges and service network of a cluster with nodes are kept
+    /// (ranges may be appended). The mode may change: to networkpolicy only when every
+    /// namespace has a NETID of its own; from subnet, namespaces get fresh NETIDs. Affects
+    /// every node (each switch takes the change as one bundle).
     pub fn update_config(&mut self, new: ClusterNetworkConfig) -> Result<Affected, ModelError> {
         self.config.check_change(&new, self.nodes.len())?;
+        if new.mode != self.config.mode {
+            self.change_mode(new.mode)?;
+        }
         if self.nodes.is_empty() {
             self.subnets = HostSubnetAllocator::new(&new.cluster_networks);
         } else {
@@ -410,9 +467,11 @@ impl ClusterModel {
     }
 }
 
+pub mod labels;
 mod namespaces;
 mod nodes;
 mod pods;
+pub mod policy;
 mod snapshot;
 
 #[cfg(test)]

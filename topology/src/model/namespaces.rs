@@ -7,13 +7,7 @@ impl ClusterModel {
     /// get a fresh NETID; in subnet mode every namespace is global. Re-adding is a no-op.
     pub fn add_namespace(&mut self, name: &str) -> Result<(NamespaceInfo, Affected), ModelError> {
         if let Some(e) = self.namespaces.get(name) {
-            return Ok((
-                NamespaceInfo {
-                    name: name.to_string(),
-                    netid: e.netid,
-                },
-                Affected::none(),
-            ));
+            return Ok((e.info(name), Affected::none()));
         }
         let netid = if name == DEFAULT_NAMESPACE || self.config.mode == Mode::Subnet {
             NETID_GLOBAL
@@ -28,6 +22,7 @@ impl ClusterModel {
             NamespaceInfo {
                 name: name.to_string(),
                 netid,
+                labels: Labels::new(),
             },
             Affected::none(),
         ))
@@ -52,6 +47,7 @@ impl ClusterModel {
                 netid,
                 vertex: v,
                 pods: BTreeSet::new(),
+                labels: Labels::new(),
             },
         );
     }
@@ -70,7 +66,15 @@ impl ClusterModel {
         for p in pods {
             affected.merge(self.delete_pod(name, &p)?);
         }
+        let before = self.policies.len();
+        self.policies.retain(|(ns, _), _| ns != name);
+        if self.policies.len() != before {
+            self.policy_epoch += 1;
+        }
         if let Some(e) = self.namespaces.remove(name) {
+            if !e.labels.is_empty() {
+                self.policy_epoch += 1;
+            }
             self.graph.remove_node(e.vertex);
             self.netids.release(e.netid);
             self.drop_netid_vertex_if_unused(e.netid);
@@ -89,18 +93,12 @@ impl ClusterModel {
 
     /// A namespace by name.
     pub fn namespace(&self, name: &str) -> Option<NamespaceInfo> {
-        self.namespaces.get(name).map(|e| NamespaceInfo {
-            name: name.to_string(),
-            netid: e.netid,
-        })
+        self.namespaces.get(name).map(|e| e.info(name))
     }
 
     /// All namespaces, by name.
     pub fn namespaces(&self) -> impl Iterator<Item = NamespaceInfo> + '_ {
-        self.namespaces.iter().map(|(n, e)| NamespaceInfo {
-            name: n.clone(),
-            netid: e.netid,
-        })
+        self.namespaces.iter().map(|(n, e)| e.info(n))
     }
 
     /// The namespaces sharing NETID `netid`, from the graph.
@@ -149,7 +147,7 @@ impl ClusterModel {
         Ok(())
     }
 
-    fn set_netid(&mut self, name: &str, netid: u32) -> Result<Affected, ModelError> {
+    pub(super) fn set_netid(&mut self, name: &str, netid: u32) -> Result<Affected, ModelError> {
         let Some(old) = self.namespaces.get(name).map(|e| e.netid) else {
             return Err(ModelError::UnknownNamespace(name.to_string()));
         };
@@ -183,7 +181,7 @@ impl ClusterModel {
         Ok(self.nodes_of_namespace(name))
     }
 
-    fn nodes_of_namespace(&self, name: &str) -> Affected {
+    pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {
         let mut a = Affected::none();
         if let Some(e) = self.namespaces.get(name) {
             for p in &e.pods {
@@ -237,5 +235,45 @@ impl ClusterModel {
     pub fn make_global(&mut self, name: &str) -> Result<Affected, ModelError> {
         self.check_netid_change("make-global", name)?;
         self.set_netid(name, NETID_GLOBAL)
+    }
+
+    /// Switch the cluster's mode (see [`ClusterModel::update_config`]).
+    pub(super) fn change_mode(&mut self, mode: Mode) -> Result<(), ModelError> {
+        if mode == Mode::Networkpolicy && self.config.mode == Mode::Multitenant {
+            let mut by_netid: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+            for (n, e) in &self.namespaces {
+                if e.netid != NETID_GLOBAL {
+                    by_netid.entry(e.netid).or_default().push(n);
+                }
+            }
+            if let Some((netid, names)) = by_netid.into_iter().find(|(_, v)| v.len() > 1) {
+                return Err(ModelError::SharedNetId {
+                    netid,
+                    namespaces: names.join(", "),
+                });
+            }
+        }
+        if self.config.mode == Mode::Subnet {
+            // Subnet mode stored every namespace as global: give each its own NETID.
+            let names: Vec<String> = self
+                .namespaces
+                .iter()
+                .filter(|(n, e)| e.netid == NETID_GLOBAL && n.as_str() != DEFAULT_NAMESPACE)
+                .map(|(n, _)| n.clone())
+                .collect();
+            // On a copy, so that running out of NETIDs half-way changes nothing.
+            let mut next = self.clone();
+            for n in names {
+                let netid = next.netids.allocate().map_err(|source| ModelError::Alloc {
+                    context: format!("mode change: namespace {n}: NETID"),
+                    source,
+                })?;
+                next.set_netid(&n, netid)?;
+                next.netids.release(netid);
+            }
+            *self = next;
+        }
+        self.config.mode = mode;
+        Ok(())
     }
 }

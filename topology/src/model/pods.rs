@@ -5,8 +5,20 @@ use super::*;
 impl ClusterModel {
     /// Attach a pod: allocate its IP from the node subnet. Affects the pod's node.
     pub fn add_pod(&mut self, p: PodAttach<'_>) -> Result<(PodInfo, Affected), ModelError> {
+        self.add_pod_with(p, PodMeta::default())
+    }
+
+    /// Attach a pod with its labels and named ports. Affects the pod's node and, in
+    /// networkpolicy mode, the nodes whose policies may select it as a peer.
+    pub fn add_pod_with(
+        &mut self,
+        p: PodAttach<'_>,
+        meta: PodMeta,
+    ) -> Result<(PodInfo, Affected), ModelError> {
         let key = PodKey::new(p.namespace, p.name);
         self.check_pod(&key, p.node, p.ofport)?;
+        policy::check_container_ports(&key, &meta.ports).map_err(PolicyError::from)?;
+        labels::check_labels(&format!("pod {key}"), &meta.labels).map_err(PolicyError::from)?;
         let node = self
             .nodes
             .get_mut(p.node)
@@ -24,9 +36,14 @@ impl ClusterModel {
             port_name: p.port_name.to_string(),
             ofport: p.ofport,
             ip,
+            labels: meta.labels,
+            ports: meta.ports,
         };
         self.insert_pod(info.clone());
-        Ok((info, Affected::node(p.node)))
+        if self.is_policy_mode() && !self.policies.is_empty() {
+            self.policy_epoch += 1;
+        }
+        Ok((info, self.pod_policy_nodes(p.node)))
     }
 
     pub(super) fn check_pod(
@@ -93,7 +110,10 @@ impl ClusterModel {
         if let Some(ns) = self.namespaces.get_mut(namespace) {
             ns.pods.remove(name);
         }
-        Ok(Affected::node(&e.info.node))
+        if self.is_policy_mode() && !self.policies.is_empty() {
+            self.policy_epoch += 1;
+        }
+        Ok(self.pod_policy_nodes(&e.info.node))
     }
 
     /// Record a new OVS port for a pod (e.g. after OVS renumbered it). Affects its node.

@@ -43,6 +43,7 @@ impl ClusterModel {
                 .collect(),
             subnet_cursors: self.subnets.cursors().to_vec(),
             netid_cursor: self.netids.cursor(),
+            policies: self.policies.values().cloned().collect(),
         }
     }
 
@@ -111,6 +112,13 @@ impl ClusterModel {
                 source,
             })?;
             m.insert_namespace(&ns.name, netid);
+            if !ns.labels.is_empty() {
+                labels::check_labels(&format!("namespace {}", ns.name), &ns.labels)
+                    .map_err(PolicyError::from)?;
+                if let Some(e) = m.namespaces.get_mut(&ns.name) {
+                    e.labels = ns.labels.clone();
+                }
+            }
         }
         for r in &s.pods {
             let p = &r.info;
@@ -132,7 +140,19 @@ impl ClusterModel {
                     context: format!("pod {}: IP", p.key),
                     source,
                 })?;
+            policy::check_container_ports(&p.key, &p.ports).map_err(PolicyError::from)?;
+            labels::check_labels(&format!("pod {}", p.key), &p.labels)
+                .map_err(PolicyError::from)?;
             m.insert_pod(p.clone());
+        }
+        for p in &s.policies {
+            if m.policies.contains_key(&p.key()) {
+                return Err(ModelError::Duplicate {
+                    kind: "networkpolicy",
+                    name: format!("{}/{}", p.namespace, p.name),
+                });
+            }
+            m.apply_policy(p.clone())?;
         }
         m.subnets.set_cursors(&s.subnet_cursors);
         m.netids.set_cursor(s.netid_cursor);
