@@ -531,6 +531,6 @@ fn flows_grow_with_the_sum() {
     let added = all_flows(&m)["node0"].len() - base;
     // 40 selected (+40 isolation drops), <= 40 peer prefixes, 3 ports, 1 conj_id flow.
     assert!(added <= 40 + 40 + 40 + 3 + 1, "{added} flows");
-    assert!(added >= 40 + 3 + 1, "{added} flows");
+    assert!(added > 40 + 3, "{added} flows");
     check(&m).expect("reference");
 }
