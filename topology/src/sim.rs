@@ -586,7 +586,7 @@ impl Simulator {
             }
             let done = seen
                 .iter()
-                .find(|(_, (mask, n))| (1..=*n).all(|k| mask & (1u64 << k) != 0));
+                .find(|(_, (mask, n))| (0..*n).all(|k| mask & (1u64 << k) != 0));
             if let Some((&id, _)) = done {
                 p.conj_id = id;
                 let again = flows

@@ -591,7 +591,8 @@ fn node_policy_flows_with(res: &mut Resolver<'_>, node: &str) -> Result<SharedRu
                 let e = clauses
                     .entry((table, cl.clone()))
                     .or_insert((Vec::new(), pc));
-                e.0.push((*id, k as u8 + 1, n));
+                // The wire's clause number is 0-based (`k+1/n` in text).
+                e.0.push((*id, k as u8, n));
                 e.1 = e.1.min(pc);
             }
         }
