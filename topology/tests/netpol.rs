@@ -393,7 +393,38 @@ proptest! {
         for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
             cached.insert(n, fs);
         }
-        prop_assert_eq!(cached, all_flows(&m));
+        prop_assert_eq!(&cached, &all_flows(&m));
+        // A pod leaves, another comes, a namespace is relabelled: each recomputes only the
+        // nodes it says it affected, and the result equals a full recompute.
+        let gone = &pods[(which + 1) % pods.len()];
+        let affected = m.delete_pod(&gone.key.namespace, &gone.key.name).expect("delete");
+        for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+            cached.insert(n, fs);
+        }
+        prop_assert_eq!(&cached, &all_flows(&m));
+        let (_, affected) = m
+            .add_pod_with(
+                PodAttach {
+                    namespace: &gone.key.namespace,
+                    name: "newcomer",
+                    node: &gone.node,
+                    port_name: "newcomer",
+                    ofport: 999,
+                },
+                PodMeta { labels: pod.labels.clone(), ports: gone.ports.clone() },
+            )
+            .expect("add");
+        for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+            cached.insert(n, fs);
+        }
+        prop_assert_eq!(&cached, &all_flows(&m));
+        let affected = m
+            .set_namespace_labels(&pod.key.namespace, [("app".to_string(), "b".to_string())].into())
+            .expect("ns labels");
+        for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+            cached.insert(n, fs);
+        }
+        prop_assert_eq!(&cached, &all_flows(&m));
         check(&m)?;
     }
 }

@@ -70,6 +70,10 @@ impl ClusterModel {
         self.policies.retain(|(ns, _), _| ns != name);
         if self.policies.len() != before {
             self.policy_epoch += 1;
+            self.policy_index = Default::default();
+            for p in self.policies.values() {
+                self.policy_index.insert(p);
+            }
         }
         if let Some(e) = self.namespaces.remove(name) {
             if !e.labels.is_empty() {

@@ -43,7 +43,7 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        Ok((info, self.pod_policy_nodes(p.node)))
+        Ok((info.clone(), self.pod_policy_nodes(None, Some(&info))))
     }
 
     pub(super) fn check_pod(
@@ -113,7 +113,7 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        Ok(self.pod_policy_nodes(&e.info.node))
+        Ok(self.pod_policy_nodes(Some(&e.info), None))
     }
 
     /// Record a new OVS port for a pod (e.g. after OVS renumbered it). Affects its node.

@@ -281,6 +281,100 @@ impl NetworkPolicy {
     pub fn key(&self) -> PolicyKey {
         (self.namespace.clone(), self.name.clone())
     }
+
+    fn peers(&self) -> impl Iterator<Item = &Peer> {
+        self.ingress
+            .iter()
+            .chain(self.egress.iter())
+            .flat_map(|r| r.peers.iter())
+    }
+
+    /// The namespace selectors of its peers.
+    pub fn namespace_selectors(&self) -> impl Iterator<Item = &LabelSelector> {
+        self.peers().filter_map(|p| match p {
+            Peer::Pods {
+                namespace_selector: Some(s),
+                ..
+            } => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Whether some peer of some rule selects `pod` (whose namespace has `ns_labels`).
+    pub fn peer_selects(&self, pod: &PodInfo, ns_labels: &Labels) -> bool {
+        self.peers().any(|peer| match peer {
+            Peer::IpBlock { .. } => false,
+            Peer::Pods {
+                namespace_selector,
+                pod_selector,
+            } => {
+                let ns_ok = match namespace_selector {
+                    None => pod.key.namespace == self.namespace,
+                    Some(s) => s.matches(ns_labels),
+                };
+                ns_ok && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
+            }
+        })
+    }
+
+    /// Whether a rule names ports by name.
+    pub fn has_named_ports(&self) -> bool {
+        self.ingress
+            .iter()
+            .chain(self.egress.iter())
+            .flat_map(|r| r.ports.iter())
+            .any(|p| matches!(p.port, Some(PortSpec::Name(_))))
+    }
+
+    /// Whether its flows depend on every pod of the cluster: egress rules with named ports
+    /// and ipBlock peers or no peers resolve the ports on whatever pods the block covers.
+    pub fn looks_at_every_pod(&self) -> bool {
+        self.egress.iter().any(|r| {
+            r.ports
+                .iter()
+                .any(|p| matches!(p.port, Some(PortSpec::Name(_))))
+                && (r.peers.is_empty() || r.peers.iter().any(|p| matches!(p, Peer::IpBlock { .. })))
+        })
+    }
+}
+
+/// Which policies may select a namespace's pods as peers, by one `matchLabels` pair of each
+/// namespace selector (a namespace a selector matches has that pair); policies with a selector
+/// without `matchLabels`, or whose flows look at every pod, are always candidates.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PolicyIndex {
+    pub(super) by_ns_label: std::collections::HashMap<(String, String), BTreeSet<PolicyKey>>,
+    pub(super) unindexed: BTreeSet<PolicyKey>,
+}
+
+impl PolicyIndex {
+    pub(super) fn insert(&mut self, p: &NetworkPolicy) {
+        let key = p.key();
+        if p.looks_at_every_pod() {
+            self.unindexed.insert(key.clone());
+        }
+        for s in p.namespace_selectors() {
+            match s.match_labels.iter().next() {
+                Some((k, v)) => {
+                    self.by_ns_label
+                        .entry((k.clone(), v.clone()))
+                        .or_default()
+                        .insert(key.clone());
+                }
+                None => {
+                    self.unindexed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: &PolicyKey) {
+        self.unindexed.remove(key);
+        self.by_ns_label.retain(|_, set| {
+            set.remove(key);
+            !set.is_empty()
+        });
+    }
 }
 
 /// Check a pod's named ports: valid names, no name twice, no port 0.
@@ -320,6 +414,8 @@ impl ClusterModel {
         if !self.is_policy_mode() {
             a = Affected::none();
         }
+        self.policy_index.remove(&key);
+        self.policy_index.insert(&p);
         self.policies.insert(key, p);
         self.policy_epoch += 1;
         Ok(a)
@@ -328,6 +424,7 @@ impl ClusterModel {
     /// Delete a NetworkPolicy.
     pub fn delete_policy(&mut self, namespace: &str, name: &str) -> Result<Affected, ModelError> {
         let key = (namespace.to_string(), name.to_string());
+        self.policy_index.remove(&key);
         if self.policies.remove(&key).is_none() {
             return Err(ModelError::UnknownPolicy {
                 namespace: namespace.to_string(),
@@ -387,9 +484,27 @@ impl ClusterModel {
         if e.labels == labels {
             return Ok(Affected::none());
         }
-        e.labels = labels;
+        let old = std::mem::replace(&mut e.labels, labels);
         self.policy_epoch += 1;
-        Ok(self.policy_nodes())
+        let new = self
+            .namespaces
+            .get(name)
+            .map(|e| e.labels.clone())
+            .unwrap_or_default();
+        // Policies whose namespace selectors see this namespace differently now.
+        let mut a = Affected::none();
+        if !self.is_policy_mode() {
+            return Ok(a);
+        }
+        for p in self.candidate_policies(name, &old, &new) {
+            let differs = p
+                .namespace_selectors()
+                .any(|s| s.matches(&old) != s.matches(&new));
+            if differs {
+                a.merge(self.nodes_of_namespace(&p.namespace));
+            }
+        }
+        Ok(a)
     }
 
     /// Replace a pod's labels and named ports. Affects its node and the nodes of every
@@ -409,38 +524,68 @@ impl ClusterModel {
         if e.info.labels == meta.labels && e.info.ports == meta.ports {
             return Ok(Affected::none());
         }
+        let before = e.info.clone();
         e.info.labels = meta.labels;
         e.info.ports = meta.ports;
-        let node = e.info.node.clone();
+        let after = e.info.clone();
         self.policy_epoch += 1;
-        Ok(self.pod_policy_nodes(&node))
+        Ok(self.pod_policy_nodes(Some(&before), Some(&after)))
     }
 
-    /// The nodes a pod's appearance, disappearance or relabel may change: its own node and,
-    /// in networkpolicy mode, every node with pods in a namespace that has policies.
-    pub(super) fn pod_policy_nodes(&self, node: &str) -> Affected {
-        let mut a = Affected::node(node);
-        if self.is_policy_mode() && !self.policies.is_empty() {
-            a.merge(self.policy_nodes());
-        }
-        a
-    }
-
-    /// Every node hosting a pod of a namespace that has at least one policy.
-    fn policy_nodes(&self) -> Affected {
+    /// The nodes a pod's appearance (`before` None), disappearance (`after` None) or change
+    /// may change: its own node and, in networkpolicy mode, the nodes of every policy for
+    /// which the pod's standing as a peer changes (or whose flows look at every pod).
+    pub(super) fn pod_policy_nodes(
+        &self,
+        before: Option<&PodInfo>,
+        after: Option<&PodInfo>,
+    ) -> Affected {
         let mut a = Affected::none();
-        if !self.is_policy_mode() {
+        for p in [before, after].into_iter().flatten() {
+            a.nodes.insert(p.node.clone());
+        }
+        let Some(pod) = after.or(before) else {
+            return a;
+        };
+        if !self.is_policy_mode() || self.policies.is_empty() {
             return a;
         }
-        let mut last: Option<&str> = None;
-        for (ns, _) in self.policies.keys() {
-            if last == Some(ns.as_str()) {
-                continue;
+        let ns_labels = self
+            .namespaces
+            .get(&pod.key.namespace)
+            .map(|e| e.labels.clone())
+            .unwrap_or_default();
+        let ports_changed = before.map(|b| &b.ports) != after.map(|a| &a.ports);
+        for p in self.candidate_policies(&pod.key.namespace, &ns_labels, &ns_labels) {
+            let was = before.is_some_and(|b| p.peer_selects(b, &ns_labels));
+            let is = after.is_some_and(|x| p.peer_selects(x, &ns_labels));
+            let named = ports_changed && (was || is) && p.has_named_ports();
+            if was != is || named || p.looks_at_every_pod() {
+                a.merge(self.nodes_of_namespace(&p.namespace));
             }
-            last = Some(ns);
-            a.merge(self.nodes_of_namespace(ns));
         }
         a
+    }
+
+    /// The policies that may select pods of namespace `ns` (labels `old` or `new`) as peers:
+    /// those of `ns` itself, those with a namespace selector that could match either label
+    /// set, and those whose flows look at every pod.
+    fn candidate_policies<'a>(
+        &'a self,
+        ns: &'a str,
+        old: &Labels,
+        new: &Labels,
+    ) -> impl Iterator<Item = &'a NetworkPolicy> + 'a {
+        let mut keys: BTreeSet<&PolicyKey> = self.policy_index.unindexed.iter().collect();
+        for (k, v) in old.iter().chain(new.iter()) {
+            if let Some(set) = self.policy_index.by_ns_label.get(&(k.clone(), v.clone())) {
+                keys.extend(set.iter());
+            }
+        }
+        let own = self.policies_in(ns);
+        keys.into_iter()
+            .filter_map(|k| self.policies.get(k))
+            .chain(own)
     }
 
     /// A namespace's labels.
