@@ -231,12 +231,15 @@ struct Peers {
     netids: BTreeSet<u32>,
     /// The pods among the peers (for named ports on egress).
     pods: Vec<(Ipv4Addr, Vec<crate::model::ContainerPort>)>,
+    /// The peer dimension's clauses (computed once).
+    dim: BTreeSet<Clause>,
 }
 
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m> {
     model: &'m ClusterModel,
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
+    peer_cache: HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
 }
 
 impl<'m> Resolver<'m> {
@@ -254,7 +257,27 @@ impl<'m> Resolver<'m> {
         v
     }
 
+    /// The peers of rule `idx` of `p` in direction `dir`, resolved once per model state.
+    fn rule_peers(
+        &mut self,
+        p: &NetworkPolicy,
+        dir: Direction,
+        idx: usize,
+        rule: &crate::model::PolicyRule,
+    ) -> Arc<Peers> {
+        let key = (p.key(), dir, idx);
+        if let Some(v) = self.peer_cache.get(&key) {
+            return v.clone();
+        }
+        let mut peers = self.peers(p, &rule.peers, dir);
+        peers.dim = peers.clauses(dir);
+        let v = Arc::new(peers);
+        self.peer_cache.insert(key, v.clone());
+        v
+    }
+
     fn peers(&mut self, p: &NetworkPolicy, peers: &[Peer], dir: Direction) -> Peers {
+        let keep_pods = dir == Direction::Egress && p.has_named_ports();
         let mut out = Peers {
             any: peers.is_empty(),
             ..Peers::default()
@@ -278,7 +301,9 @@ impl<'m> Resolver<'m> {
                         let psel = pod_selector.as_ref().unwrap_or(&all);
                         for pod in self.model.pods_in(ns) {
                             if psel.matches(&pod.labels) {
-                                out.pods.push((pod.ip, pod.ports.clone()));
+                                if keep_pods {
+                                    out.pods.push((pod.ip, pod.ports.clone()));
+                                }
                                 // NETID 0 is shared with host and external traffic: name
                                 // global namespaces' pods by address instead.
                                 if !(whole_ns && dir == Direction::Ingress && netid != 0) {
@@ -367,8 +392,8 @@ fn rule_conjs(
     out: &mut Vec<Conj>,
 ) {
     let key = p.key();
-    let peers = res.peers(p, &rule.peers, dir);
-    let peer_dim = peers.clauses(dir);
+    let peers = res.rule_peers(p, dir, idx, rule);
+    let peer_dim = &peers.dim;
     if !peers.any && peer_dim.is_empty() {
         return; // the peers select nothing (yet)
     }
@@ -495,6 +520,7 @@ pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, 
 pub struct PolicyCache {
     epoch: (u64, u64),
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
+    peer_cache: HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
     nodes: HashMap<String, SharedRun>,
 }
 
@@ -509,6 +535,7 @@ impl PolicyCache {
         if epoch != self.epoch {
             self.epoch = epoch;
             self.ns_cache.clear();
+            self.peer_cache.clear();
             self.nodes.clear();
         }
         if !model.is_policy_mode() {
@@ -520,9 +547,11 @@ impl PolicyCache {
         let mut res = Resolver {
             model,
             ns_cache: std::mem::take(&mut self.ns_cache),
+            peer_cache: std::mem::take(&mut self.peer_cache),
         };
         let r = node_policy_flows_with(&mut res, node);
         self.ns_cache = res.ns_cache;
+        self.peer_cache = res.peer_cache;
         let r = r?;
         self.nodes.insert(node.to_string(), r.clone());
         Ok(r)
