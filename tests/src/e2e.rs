@@ -94,6 +94,15 @@ impl ControllerOptions {
             extra: Vec::new(),
         }
     }
+
+    /// [`ControllerOptions::multitenant`] in networkpolicy mode.
+    pub fn networkpolicy() -> Self {
+        let mut o = Self::multitenant();
+        o.config_yaml = o
+            .config_yaml
+            .replace("mode: multitenant", "mode: networkpolicy");
+        o
+    }
 }
 
 /// The real `flowmesh-controller`, a process started with [`NetnsLab::spawn_in`] inside the
@@ -428,4 +437,98 @@ impl Drop for TcpServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// A UDP echo server inside a namespace: answers every datagram with `NAME:` + the datagram.
+pub struct UdpEcho {
+    /// Where it listens.
+    pub addr: SocketAddrV4,
+    stop: Arc<AtomicBool>,
+}
+
+impl UdpEcho {
+    /// Binds `ip:port` inside `ns` and echoes on a background thread (which stays in `ns`).
+    pub fn start(ns: &str, ip: Ipv4Addr, port: u16, name: &str) -> Result<Self> {
+        let addr = SocketAddrV4::new(ip, port);
+        let ns_owned = ns.to_owned();
+        let name = name.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name(format!("udp-echo-{ns}"))
+            .spawn(move || {
+                let bound = enter_netns(&ns_owned).and_then(|()| {
+                    let s = std::net::UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
+                        context: format!("bind UDP {addr} in {ns_owned}"),
+                        source,
+                    })?;
+                    s.set_read_timeout(Some(Duration::from_millis(100)))
+                        .map_err(|source| HarnessError::Net {
+                            context: "UDP read timeout".into(),
+                            source,
+                        })?;
+                    Ok(s)
+                });
+                let s = match bound {
+                    Ok(s) => {
+                        let _ = tx.send(Ok(()));
+                        s
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let mut buf = [0u8; 2048];
+                while !stop2.load(Ordering::Relaxed) {
+                    if let Ok((n, peer)) = s.recv_from(&mut buf) {
+                        let mut reply = format!("{name}:").into_bytes();
+                        reply.extend_from_slice(buf.get(..n).unwrap_or_default());
+                        let _ = s.send_to(&reply, peer);
+                    }
+                }
+            })
+            .map_err(|source| HarnessError::Net {
+                context: "spawn a UDP server".into(),
+                source,
+            })?;
+        rx.recv()
+            .map_err(|_| HarnessError::Invalid("UDP server thread ended".into()))??;
+        Ok(UdpEcho { addr, stop })
+    }
+}
+
+impl Drop for UdpEcho {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sends `payload` over UDP from namespace `ns` to `dst` up to `tries` times (each waiting
+/// `wait`); the first answer, or `None`.
+pub fn udp_probe(
+    ns: &str,
+    dst: SocketAddrV4,
+    payload: &[u8],
+    tries: usize,
+    wait: Duration,
+) -> Result<Option<Vec<u8>>> {
+    let payload = payload.to_vec();
+    in_netns(ns, move || {
+        let io = |source| HarnessError::Net {
+            context: format!("UDP exchange with {dst}"),
+            source,
+        };
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").map_err(io)?;
+        s.set_read_timeout(Some(wait)).map_err(io)?;
+        let mut buf = [0u8; 2048];
+        for _ in 0..tries.max(1) {
+            s.send_to(&payload, dst).map_err(io)?;
+            if let Ok((n, _)) = s.recv_from(&mut buf) {
+                return Ok(Some(buf.get(..n).unwrap_or_default().to_vec()));
+            }
+        }
+        Ok(None)
+    })
 }
