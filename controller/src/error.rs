@@ -67,3 +67,38 @@ impl From<ApiError> for tonic::Status {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::model::PodKey;
+
+    /// The server names the object; the client adds the one hint (issue 20: hints were doubled).
+    #[test]
+    fn model_errors_carry_no_command_hints() {
+        let pod = PodKey {
+            namespace: "ns".into(),
+            name: "p".into(),
+        };
+        for (e, want) in [
+            (
+                ModelError::UnknownNode("n1".into()),
+                ApiError::NotFound("node \"n1\" not found".into()),
+            ),
+            (
+                ModelError::UnknownNamespace("foo".into()),
+                ApiError::NotFound("namespace \"foo\" not found".into()),
+            ),
+            (
+                ModelError::UnknownPod(pod.clone()),
+                ApiError::NotFound("pod ns/p not found".into()),
+            ),
+            (
+                ModelError::PodExists(pod),
+                ApiError::AlreadyExists("pod ns/p already exists".into()),
+            ),
+        ] {
+            assert_eq!(ApiError::from(e), want);
+        }
+    }
+}

@@ -253,6 +253,10 @@ fn every_error_has_one_hint_naming_the_right_object() {
             "error: attach pod \"blue/a\": node \"node-9\" not found (add it with: flowmeshctl node add node-9 --ip IPV4 --dpid DPID)".into(),
         ),
         (
+            vec!["pod", "attach", "--node", "node-1", "-n", "blue", "--name", "a", "--port", "veth-a", "--ofport", "3"],
+            "error: attach pod \"blue/a\": the switch of node node-1 is not connected (a pod's flows must reach its switch: is flowmesh-shim running on node-1, its bridge connected to the controller? see: flowmeshctl get switches)".into(),
+        ),
+        (
             vec!["pod", "detach", "-n", "blue", "--name", "nosuch"],
             "error: detach pod \"blue/nosuch\": pod blue/nosuch not found (nothing to detach; list pods with: flowmeshctl get pods -n blue)".into(),
         ),

@@ -288,7 +288,11 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
             command_of(op)
         ),
         (Code::Unavailable, Target::Pod { node: Some(node), .. }) if lower.contains("not connected") => {
-            format!("connect the bridge of {node} to the controller (ovs-vsctl set-controller br0 tcp:CONTROLLER:6653) and retry, or pass --ofport; see: flowmeshctl get switches")
+            if lower.contains("look up") {
+                format!("connect the bridge of {node} to the controller (ovs-vsctl set-controller br0 tcp:CONTROLLER:6653) and retry, or pass --ofport; see: flowmeshctl get switches")
+            } else {
+                format!("a pod's flows must reach its switch: is flowmesh-shim running on {node}, its bridge connected to the controller? see: flowmeshctl get switches")
+            }
         }
         (Code::FailedPrecondition, Target::Flows(n)) | (Code::Unavailable, Target::Flows(n)) => {
             format!("the switch of node {n:?} may be disconnected or not synced yet; see: flowmeshctl get switches")
