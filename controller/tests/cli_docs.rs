@@ -271,6 +271,29 @@ fn every_example_of_docs_cli_md_works_as_written() {
         ])
         .expect("add port");
     }
+    // Every bridge connected (as a datapath no node claims yet) and holding its default drop,
+    // so the examples do not race the switches' first connection.
+    let connected = (|| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (_, out, _) = flowmeshctl(
+                &format!("http://{}", ctl.grpc),
+                dir.path(),
+                &["get".into(), "switches".into(), "-o".into(), "json".into()],
+            );
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+            let ready = v.as_array().is_some_and(|a| {
+                a.len() == 3
+                    && a.iter()
+                        .all(|s| s["connected"] == true && s["synced"] == true)
+            });
+            if ready || std::time::Instant::now() > deadline {
+                return ready;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    })();
+    assert!(connected, "the sandbox bridges never connected");
     let server = format!("http://{}", ctl.grpc);
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).expect("work dir");

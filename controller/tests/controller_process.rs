@@ -93,21 +93,24 @@ fn sigterm_with_nothing_connected_exits_at_once_and_says_what_it_waited_for() {
     );
 }
 
-#[test]
-fn an_open_watch_stream_is_closed_when_the_grace_period_ends() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_watch_stream_is_closed_when_the_grace_period_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (child, grpc) = start(dir.path(), &["--shutdown-grace", "1"]);
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
-        .args(["--server", &grpc.to_string(), "get", "events", "--watch"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("flowmeshctl get events --watch");
-    std::thread::sleep(Duration::from_millis(500));
-    let (code, took, log) = terminate(child, Duration::from_secs(10));
-    let _ = watch.kill();
-    let _ = watch.wait();
+    let mut admin = proto::admin::admin_client::AdminClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    // The answer's headers mean the server is serving the stream.
+    let stream = admin
+        .watch_events(proto::admin::Empty {})
+        .await
+        .expect("watch events")
+        .into_inner();
+    let (code, took, log) =
+        tokio::task::spawn_blocking(move || terminate(child, Duration::from_secs(10)))
+            .await
+            .expect("terminate");
+    drop(stream);
     assert_eq!(code, Some(0), "{log}");
     assert!(
         log.contains("calls still open after the grace period (e.g. a watch stream); closing them server=\"gRPC\" grace_ms=1000"),
