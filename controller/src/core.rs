@@ -192,6 +192,7 @@ pub fn load_model(
         pods: Vec::new(),
         subnet_cursors: Vec::new(),
         netid_cursor: 0,
+        policies: Vec::new(),
     };
     let mut stored_config = None;
     let mut cursors = None;
@@ -202,6 +203,7 @@ pub fn load_model(
             Record::Namespace(n) => snap.namespaces.push(n),
             Record::Pod(p) => snap.pods.push(p),
             Record::Cursors(c) => cursors = Some(c),
+            Record::NetworkPolicy(p) => snap.policies.push(p),
         }
     }
     let mut changes = Vec::new();

@@ -224,7 +224,7 @@ impl ClusterNetworkConfig {
     }
 
     /// Check that `new` may replace `self` on a cluster with `nodes` nodes: with nodes, the
-    /// existing ranges, the service network and the mode must stay; new ranges may be appended.
+    /// existing ranges and the service network must stay (the model checks a mode change); new ranges may be appended.
     pub fn check_change(
         &self,
         new: &ClusterNetworkConfig,
@@ -252,13 +252,6 @@ impl ClusterNetworkConfig {
                 what: "serviceNetwork",
                 nodes,
                 detail: format!("{} -> {}", self.service_network, new.service_network),
-            });
-        }
-        if self.mode != new.mode {
-            return Err(ConfigError::ChangeRefused {
-                what: "mode",
-                nodes,
-                detail: format!("{:?} -> {:?}", self.mode, new.mode),
             });
         }
         Ok(())
@@ -348,7 +341,8 @@ mod tests {
         assert!(a.check_change(&b, 3).is_ok());
         let mut b = base();
         b.mode = Mode::Subnet;
-        assert!(a.check_change(&b, 3).is_err());
+        // The mode may change on a running cluster; the model decides (NETIDs).
+        assert!(a.check_change(&b, 3).is_ok());
     }
 
     #[test]

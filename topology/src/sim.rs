@@ -61,6 +61,10 @@ pub struct Packet {
     pub regs: [u32; 16],
     /// pkt_mark.
     pub pkt_mark: u32,
+    /// ct_state (0 until a `ct` action tracked the packet on this switch).
+    pub ct_state: u32,
+    /// conj_id (set by a completed conjunctive match for the re-lookup).
+    pub conj_id: u32,
 }
 
 impl Packet {
@@ -131,6 +135,8 @@ impl Packet {
             tun_dst: Ipv4Addr::UNSPECIFIED,
             regs: [0; 16],
             pkt_mark: 0,
+            ct_state: 0,
+            conj_id: 0,
         }
     }
 
@@ -148,7 +154,8 @@ impl Packet {
             (Field::TunIpv4Dst, _) => ip4(self.tun_dst),
             (Field::Reg(n), _) => *self.regs.get(n as usize)? as u64,
             (Field::PktMark, _) => self.pkt_mark as u64,
-            (Field::CtState, _) => 0, // not tracked: the pipeline does not use conntrack yet
+            (Field::CtState, _) => self.ct_state as u64,
+            (Field::ConjId, _) => self.conj_id as u64,
             (Field::ArpOp, L3::Arp { op, .. }) => *op as u64,
             (Field::ArpSpa, L3::Arp { spa, .. }) => ip4(*spa),
             (Field::ArpTpa, L3::Arp { tpa, .. }) => ip4(*tpa),
@@ -231,6 +238,20 @@ impl Packet {
         true
     }
 
+    /// The connection tuple (src, dst, proto, sport, dport) of an IPv4 packet.
+    fn tuple(&self) -> Option<ConnTuple> {
+        match self.l3 {
+            L3::Ipv4 {
+                src,
+                dst,
+                proto,
+                src_port,
+                dst_port,
+            } => Some((src, dst, proto, src_port, dst_port)),
+            L3::Arp { .. } => None,
+        }
+    }
+
     fn read_slice(&self, s: &FieldSlice) -> Option<u64> {
         let v = self.get(Field::from_header(s.header)?)?;
         Some((v >> s.ofs) & bits(s.n_bits))
@@ -244,6 +265,20 @@ impl Packet {
         let m = bits(s.n_bits) << s.ofs;
         self.set(f, (old & !m) | ((value << s.ofs) & m))
     }
+}
+
+/// (source, destination, protocol, source port, destination port).
+type ConnTuple = (Ipv4Addr, Ipv4Addr, u8, u16, u16);
+
+fn reversed(t: ConnTuple) -> ConnTuple {
+    (t.1, t.0, t.2, t.4, t.3)
+}
+
+fn is_conjunctive(f: &Flow) -> bool {
+    f.instructions.iter().any(|i| match i {
+        Instruction::ApplyActions(a) => a.iter().any(|a| matches!(a, Action::Conjunction { .. })),
+        _ => false,
+    })
 }
 
 fn bits(n: u16) -> u64 {
@@ -407,10 +442,14 @@ pub struct TraceOptions {
 }
 
 const MAX_STEPS: usize = 256;
+/// ct_state of a packet whose `ct(table=..)` recirculated a copy: this one stops.
+const RECIRCULATED: u32 = u32::MAX;
 const MAX_HOPS: usize = 4;
 
 /// The cluster's switches, ready to trace packets.
 pub struct Simulator {
+    /// Connections committed on each switch (`ct(commit)`), by original-direction tuple.
+    conntrack: std::cell::RefCell<Vec<std::collections::HashSet<ConnTuple>>>,
     nodes: Vec<Indexed>,
     by_name: HashMap<String, usize>,
     by_ip: HashMap<Ipv4Addr, usize>,
@@ -421,6 +460,7 @@ impl Simulator {
     /// A simulator over these nodes.
     pub fn new(nodes: Vec<SimNode>) -> Self {
         let mut s = Simulator {
+            conntrack: Default::default(),
             nodes: Vec::new(),
             by_name: HashMap::new(),
             by_ip: HashMap::new(),
@@ -449,6 +489,7 @@ impl Simulator {
                 groups,
             });
         }
+        s.conntrack = std::cell::RefCell::new(vec![Default::default(); s.nodes.len()]);
         s
     }
 
@@ -468,6 +509,96 @@ impl Simulator {
             })
             .collect();
         Self::new(nodes)
+    }
+
+    /// Forget every connection committed by earlier traces (conntrack starts empty).
+    pub fn flush_conntrack(&self) {
+        for t in self.conntrack.borrow_mut().iter_mut() {
+            t.clear();
+        }
+    }
+
+    /// The connection state conntrack gives `p` on switch `n`.
+    fn ct_lookup(&self, n: usize, p: &Packet) -> u32 {
+        use ofproto::oxm::ct_state::{EST, NEW, RPL, TRK};
+        let Some(t) = p.tuple() else {
+            return 0;
+        };
+        let ct = self.conntrack.borrow();
+        let Some(table) = ct.get(n) else {
+            return TRK | NEW;
+        };
+        if table.contains(&t) {
+            TRK | EST
+        } else if table.contains(&reversed(t)) {
+            TRK | EST | RPL
+        } else {
+            TRK | NEW
+        }
+    }
+
+    fn ct_commit(&self, n: usize, p: &Packet) {
+        let Some(t) = p.tuple() else {
+            return;
+        };
+        let mut ct = self.conntrack.borrow_mut();
+        if let Some(table) = ct.get_mut(n) {
+            if !table.contains(&reversed(t)) {
+                table.insert(t);
+            }
+        }
+    }
+
+    /// The flow a packet hits in `table` (OVS classifier semantics with conjunctive matches:
+    /// at each priority, an ordinary flow wins; else a completed conjunction sets conj_id and
+    /// the table is searched again; else lower priorities).
+    fn lookup<'a>(&self, flows: &'a [Flow], p: &mut Packet) -> Option<&'a Flow> {
+        let hit = |f: &&Flow| f.matches.fields.iter().all(|m| matches(p, m));
+        let mut i = 0;
+        while i < flows.len() {
+            let prio = flows[i].priority;
+            let end = flows[i..]
+                .iter()
+                .position(|f| f.priority != prio)
+                .map_or(flows.len(), |k| i + k);
+            let level = &flows[i..end];
+            if let Some(f) = level.iter().filter(hit).find(|f| !is_conjunctive(f)) {
+                return Some(f);
+            }
+            // Clauses matched per conjunction id: (bitmask of clauses, n_clauses).
+            let mut seen: BTreeMap<u32, (u64, u8)> = BTreeMap::new();
+            for f in level.iter().filter(hit) {
+                for ins in &f.instructions {
+                    if let Instruction::ApplyActions(acts) = ins {
+                        for a in acts {
+                            if let Action::Conjunction {
+                                id,
+                                clause,
+                                n_clauses,
+                            } = a
+                            {
+                                let e = seen.entry(*id).or_insert((0, *n_clauses));
+                                e.0 |= 1u64 << (*clause).min(63);
+                            }
+                        }
+                    }
+                }
+            }
+            let done = seen
+                .iter()
+                .find(|(_, (mask, n))| (1..=*n).all(|k| mask & (1u64 << k) != 0));
+            if let Some((&id, _)) = done {
+                p.conj_id = id;
+                let again = flows
+                    .iter()
+                    .filter(|f| !is_conjunctive(f))
+                    .find(|f| f.matches.fields.iter().all(|m| matches(p, m)));
+                p.conj_id = 0;
+                return again;
+            }
+            i = end;
+        }
+        None
     }
 
     /// Use these options for following traces.
@@ -527,10 +658,7 @@ impl Simulator {
             }
             *budget -= 1;
             let node = &self.nodes[n];
-            let flow = node.tables.get(&table).and_then(|v| {
-                v.iter()
-                    .find(|f| f.matches.fields.iter().all(|m| matches(p, m)))
-            });
+            let flow = node.tables.get(&table).and_then(|v| self.lookup(v, p));
             let step = Step {
                 node: node.node.name.clone(),
                 table,
@@ -548,6 +676,9 @@ impl Simulator {
                     Instruction::ApplyActions(acts) => {
                         for a in acts {
                             self.act(n, a, p, hops, t, budget, last);
+                            if p.ct_state == RECIRCULATED {
+                                return;
+                            }
                         }
                     }
                     Instruction::GotoTable(g) => next = Some(*g),
@@ -614,6 +745,20 @@ impl Simulator {
                     for a in &b.actions {
                         self.act(n, a, &mut q, hops, t, budget, last);
                     }
+                }
+            }
+            Action::Ct(c) => {
+                if c.flags & ofproto::action::ct_flags::COMMIT != 0 {
+                    self.ct_commit(n, p);
+                }
+                if let Some(tbl) = c.recirc_table {
+                    // Recirculation: the packet comes back tracked and starts over in `tbl`.
+                    let mut q = p.clone();
+                    q.ct_state = self.ct_lookup(n, p);
+                    let mut copy_last = last.clone();
+                    self.run_table(n, tbl, &mut q, hops, t, budget, &mut copy_last);
+                    *last = copy_last;
+                    p.ct_state = RECIRCULATED; // the original copy does not go on
                 }
             }
             _ => {} // note, dec_ttl, ...: no effect on where the packet goes

@@ -119,6 +119,7 @@ mod tests {
         Record::Namespace(NamespaceInfo {
             name: name.into(),
             netid,
+            labels: Default::default(),
         })
     }
 

@@ -2,7 +2,7 @@
 //! change writes only what it touched.
 
 use serde::{Deserialize, Serialize};
-use topology::model::{NamespaceInfo, NodeRecord, PodRecord};
+use topology::model::{NamespaceInfo, NetworkPolicy, NodeRecord, PodRecord};
 use topology::ClusterNetworkConfig;
 
 /// Allocation cursors that are not part of any one object.
@@ -29,6 +29,8 @@ pub enum Record {
     Pod(PodRecord),
     /// Allocation cursors (a singleton).
     Cursors(CursorsRecord),
+    /// A NetworkPolicy.
+    NetworkPolicy(NetworkPolicy),
 }
 
 /// The key of a record: its kind and name.
@@ -44,6 +46,8 @@ pub enum RecordKey {
     Pod(String, String),
     /// The allocation cursors.
     Cursors,
+    /// A NetworkPolicy by namespace and name.
+    NetworkPolicy(String, String),
 }
 
 impl RecordKey {
@@ -55,6 +59,7 @@ impl RecordKey {
             RecordKey::Namespace(n) => format!("namespace/{n}"),
             RecordKey::Pod(ns, n) => format!("pod/{ns}/{n}"),
             RecordKey::Cursors => "cursors/default".to_string(),
+            RecordKey::NetworkPolicy(ns, n) => format!("networkpolicy/{ns}/{n}"),
         }
     }
 }
@@ -68,6 +73,9 @@ impl Record {
             Record::Namespace(n) => RecordKey::Namespace(n.name.clone()),
             Record::Pod(p) => RecordKey::Pod(p.info.key.namespace.clone(), p.info.key.name.clone()),
             Record::Cursors(_) => RecordKey::Cursors,
+            Record::NetworkPolicy(p) => {
+                RecordKey::NetworkPolicy(p.namespace.clone(), p.name.clone())
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod compute;
 pub mod flows;
+pub mod netpol;
 pub mod push;
 
 /// Value of `--name N` in `args`, parsed, or `default`.

@@ -243,6 +243,16 @@ fn check_action(table: TableId, a: &Action) -> Result<(), PipelineError> {
     match a {
         Action::SetField(mf) => check_set(table, mf.header),
         Action::Move { dst, .. } | Action::Load { dst, .. } => check_set(table, dst.header),
+        Action::Ct(ofproto::action::Ct {
+            recirc_table: Some(t),
+            ..
+        }) if *t != table.number() => {
+            if TableId::from_number(*t).is_some_and(|t| table.spec().gotos.contains(&t)) {
+                Ok(())
+            } else {
+                Err(PipelineError::GotoNotAllowed { table, to: *t })
+            }
+        }
         Action::Resubmit { table: Some(t), .. } => {
             if TableId::from_number(*t).is_some_and(|t| table.spec().gotos.contains(&t)) {
                 Ok(())

@@ -3,6 +3,8 @@
 //! A node's FlowSet is the merge of
 //! * its *local* run: its static flows, one fragment per local pod, one flow per NETID in use
 //!   (multitenant), kept sorted and rebuilt by splicing only the fragments whose inputs changed;
+//! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
+//!   or a pod changes (see `netpol`);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -11,6 +13,7 @@ use super::flowset::{key_cmp, FlowSet, SharedRun};
 use super::fragments::{
     netid_flow, pod_flows, remote_node_flows, static_flows, PodInputs, StaticInputs,
 };
+use super::netpol::PolicyCache;
 use crate::config::Mode;
 use crate::model::{ClusterModel, PodKey};
 use ofproto::Flow;
@@ -45,6 +48,7 @@ struct NodeCache {
 pub struct Pipeline {
     mesh: Option<Mesh>,
     nodes: HashMap<String, NodeCache>,
+    policies: PolicyCache,
 }
 
 impl Pipeline {
@@ -82,6 +86,7 @@ impl Pipeline {
     /// Drop the cache of a node (e.g. deleted).
     pub fn forget_node(&mut self, node: &str) {
         self.nodes.remove(node);
+        self.policies.forget_node(node);
     }
 
     fn mesh(&mut self, model: &ClusterModel) -> Result<&Mesh, PipelineError> {
@@ -163,9 +168,13 @@ impl Pipeline {
                 local: local.clone(),
             },
         );
+        let policy = self.policies.node_flows(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
-        let mut parts = vec![(local.clone(), 0..local.len())];
+        let mut parts = vec![
+            (local.clone(), 0..local.len()),
+            (policy.clone(), 0..policy.len()),
+        ];
         for (t, run) in mesh.runs.iter().enumerate() {
             match own {
                 Some(idx) => {

@@ -10,7 +10,7 @@
 //! * feature: which part of the pipeline made the flow ([`Feature`]).
 //! * kind: what kind of object it serves ([`ObjectKind`]).
 //! * object id: the first 4 bytes of SHA-256 of the object's name (`node/NAME`,
-//!   `pod/NAMESPACE/NAME`, `namespace/NAME`), or the NETID itself for NETID flows.
+//!   `pod/NAMESPACE/NAME`, `namespace/NAME`, `networkpolicy/NAMESPACE/NAME`), or the NETID itself for NETID flows.
 //!
 //! All flows of pod `ns/p`: `ovs-ofctl dump-flows br0 --cookie=0x0302000012345678/0xffff0000ffffffff`
 //! where `0x12345678` is [`object_hash`]`("pod/ns/p")`; every flow about an object, whatever
@@ -37,7 +37,7 @@ pub enum Feature {
     Pod = 0x03,
     /// NETID isolation (table 80).
     Isolation = 0x04,
-    /// NetworkPolicy (reserved).
+    /// NetworkPolicy (tables 27, 30, 80).
     NetworkPolicy = 0x05,
     /// Egress firewall (reserved).
     EgressFirewall = 0x06,
@@ -63,6 +63,8 @@ pub enum ObjectKind {
     Namespace = 0x03,
     /// A NETID (the object id is the NETID).
     NetId = 0x04,
+    /// A NetworkPolicy (`networkpolicy/NAMESPACE/NAME`).
+    Policy = 0x05,
 }
 
 /// The first 4 bytes of SHA-256 of `name`, big-endian.
@@ -91,6 +93,15 @@ pub fn pod_cookie(namespace: &str, name: &str) -> u64 {
         Feature::Pod,
         ObjectKind::Pod,
         object_hash(&format!("pod/{namespace}/{name}")),
+    )
+}
+
+/// The cookie of a NetworkPolicy's flows.
+pub fn policy_cookie(namespace: &str, name: &str) -> u64 {
+    cookie(
+        Feature::NetworkPolicy,
+        ObjectKind::Policy,
+        object_hash(&format!("networkpolicy/{namespace}/{name}")),
     )
 }
 

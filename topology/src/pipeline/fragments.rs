@@ -169,12 +169,16 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
             .matching(ip().ip_proto(ip_proto::UDP).udp_dst(s.vxlan_port))
             .build()?,
     );
-    // t27: policy bypass in every mode implemented so far.
-    v.push(
-        fb(T::PolicyEgress, Band::Bypass)
-            .goto(T::CtCommit)
-            .build()?,
-    );
+    if s.mode == Mode::Networkpolicy {
+        v.extend(policy_static_flows(s, ck)?);
+    } else {
+        // t27: no egress policy outside networkpolicy mode.
+        v.push(
+            fb(T::PolicyEgress, Band::Bypass)
+                .goto(T::CtCommit)
+                .build()?,
+        );
+    }
     // t31: gateway, local subnet, services, multicast.
     v.push(
         fb(T::Routing, Band::Override)
@@ -221,13 +225,16 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
             .goto(T::MulticastFilter)
             .build()?,
     );
-    // t80: the host always reaches its local pods; mode-specific global rules.
-    v.push(
-        fb(T::Isolation, Band::Override)
-            .matching(ip().ipv4_src(gw, 32))
-            .action(regs::output_dst_port())
-            .build()?,
-    );
+    // t80: the host always reaches its local pods (committed in networkpolicy mode, so that
+    // the pod's replies pass its egress policy); mode-specific global rules.
+    let host_to_pod = fb(T::Isolation, Band::Override).matching(ip().ipv4_src(gw, 32));
+    v.push(if s.mode == Mode::Networkpolicy {
+        host_to_pod
+            .actions([regs::ct_commit(), regs::output_dst_port()])
+            .build()?
+    } else {
+        host_to_pod.action(regs::output_dst_port()).build()?
+    });
     match s.mode {
         Mode::Multitenant => {
             for r in [regs::REG_SRC_NETID, regs::REG_DST_NETID] {
@@ -239,13 +246,14 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
                 );
             }
         }
-        Mode::Subnet | Mode::Networkpolicy => {
+        Mode::Subnet => {
             v.push(
                 fb(T::Isolation, Band::General)
                     .action(regs::output_dst_port())
                     .build()?,
             );
         }
+        Mode::Networkpolicy => {} // policy_static_flows
     }
     // t99: DNS to the node's own IP goes straight to the host.
     for (proto, m) in [
@@ -271,6 +279,64 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
         )?);
     }
     v.sort_by(super::flowset::key_cmp);
+    Ok(v)
+}
+
+/// Networkpolicy mode's fixed flows: conntrack in table 0, established connections pass
+/// tables 27 and 80, pods no policy isolates are open, and new connections leaving the node
+/// are committed in table 30 (those to local pods are committed in table 80, after ingress).
+fn policy_static_flows(s: &StaticInputs, ck: u64) -> Result<Vec<Flow>, PipelineError> {
+    use ofproto::oxm::ct_state::{EST, NEW, REL, TRK};
+    use TableId as T;
+    let fb = |t, b| FlowBuilder::new(t, b, ck);
+    let (lnet, lpre) = (s.node.subnet.network(), s.node.subnet.prefix());
+    let (snet, spre) = (s.service.network(), s.service.prefix());
+    let mut v = vec![
+        fb(T::Classifier, Band::Conntrack)
+            .matching(ip().ct_state(0, TRK))
+            .action(regs::ct_recirc(T::Classifier.number()))
+            .build()?,
+        // t27: services are judged after the host's DNAT, when they come back through t25.
+        fb(T::PolicyEgress, Band::Override)
+            .matching(ip().ipv4_dst(snet, spre))
+            .goto(T::CtCommit)
+            .build()?,
+        fb(T::PolicyEgress, Band::PolicyOpen)
+            .matching(ip())
+            .goto(T::CtCommit)
+            .build()?,
+        fb(T::CtCommit, Band::Override)
+            .matching(ip().ipv4_dst(lnet, lpre))
+            .goto(T::Routing)
+            .build()?,
+        fb(T::CtCommit, Band::Override)
+            .matching(ip().ipv4_dst(snet, spre))
+            .goto(T::Routing)
+            .build()?,
+        fb(T::CtCommit, Band::General)
+            .matching(ip().ct_state(NEW | TRK, NEW | TRK))
+            .action(regs::ct_commit())
+            .goto(T::Routing)
+            .build()?,
+        fb(T::Isolation, Band::PolicyOpen)
+            .matching(ip())
+            .actions([regs::ct_commit(), regs::output_dst_port()])
+            .build()?,
+    ];
+    for st in [EST, REL] {
+        v.push(
+            fb(T::PolicyEgress, Band::Established)
+                .matching(ip().ct_state(st, st))
+                .goto(T::CtCommit)
+                .build()?,
+        );
+        v.push(
+            fb(T::Isolation, Band::Established)
+                .matching(ip().ct_state(st, st))
+                .action(regs::output_dst_port())
+                .build()?,
+        );
+    }
     Ok(v)
 }
 

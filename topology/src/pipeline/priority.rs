@@ -24,6 +24,18 @@ pub enum Band {
     HostSource = 400,
     /// Policy bypass (t27 in subnet and multitenant modes).
     Bypass = 500,
+    /// Send untracked IP through conntrack (t0, networkpolicy mode).
+    Conntrack = 1000,
+    /// Established and related connections pass (t27, t80, networkpolicy mode).
+    Established = 260,
+    /// Policy conjunctions: clause flows and `conj_id` flows (t27, t80).
+    PolicyConjunction = 220,
+    /// Policy rules with one dimension left: plain allow flows (t27, t80).
+    PolicyDirect = 210,
+    /// A pod a policy selects is isolated: drop what no rule allowed (t27, t80).
+    PolicyIsolate = 180,
+    /// Pods no policy isolates: allow (t27, t80, networkpolicy mode).
+    PolicyOpen = 90,
 }
 
 impl Band {

@@ -60,6 +60,28 @@ pub fn output_dst_port() -> Action {
         max_len: 0,
     }
 }
+/// `ct(commit)`: commit the connection in the default zone and go on with the next action.
+pub fn ct_commit() -> Action {
+    Action::Ct(ofproto::action::Ct {
+        flags: ofproto::action::ct_flags::COMMIT,
+        zone_src: None,
+        zone_imm: 0,
+        recirc_table: None,
+        alg: 0,
+        actions: Vec::new(),
+    })
+}
+/// `ct(table=T)`: send the packet through conntrack and continue in table `t` with ct_state.
+pub fn ct_recirc(t: u8) -> Action {
+    Action::Ct(ofproto::action::Ct {
+        flags: 0,
+        zone_src: None,
+        zone_imm: 0,
+        recirc_table: Some(t),
+        alg: 0,
+        actions: Vec::new(),
+    })
+}
 /// The actions that send a packet to a remote node over VXLAN with tun_id = reg0.
 pub fn to_tunnel(node_ip: Ipv4Addr) -> Vec<Action> {
     vec![

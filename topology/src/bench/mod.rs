@@ -2,6 +2,8 @@
 //! of one pod add (recompute + diff of the affected node). Wired into `flowmesh-bench compute`.
 //! Reading peak memory from `/proc/self/status` is the only I/O in this crate.
 
+pub mod netpol;
+
 use crate::cidr::Ipv4Cidr;
 use crate::config::{ClusterNetworkConfig, Mode};
 use crate::model::{ClusterModel, ModelError, PodAttach};
@@ -46,6 +48,16 @@ pub fn synthetic_cluster(
     pods: usize,
     namespaces: usize,
 ) -> Result<ClusterModel, BenchError> {
+    synthetic_cluster_in(Mode::Multitenant, nodes, pods, namespaces)
+}
+
+/// [`synthetic_cluster`] in another mode.
+pub fn synthetic_cluster_in(
+    mode: Mode,
+    nodes: usize,
+    pods: usize,
+    namespaces: usize,
+) -> Result<ClusterModel, BenchError> {
     if nodes == 0 || namespaces == 0 {
         return Err(BenchError::Params(
             "need at least one node and one namespace".into(),
@@ -67,7 +79,7 @@ pub fn synthetic_cluster(
         Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 0), cluster_prefix),
         host_prefix,
         Ipv4Cidr::new(Ipv4Addr::new(172, 30, 0, 0), 16),
-        Mode::Multitenant,
+        mode,
     );
     let mut m = ClusterModel::new(config)?;
     let node_names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
