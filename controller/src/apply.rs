@@ -11,10 +11,11 @@ use topology::{Affected, ClusterModel, ClusterNetworkConfig, ClusterNetworkEntry
 
 /// Apply a multi-document YAML; returns one result line per object (`namespace/a created`).
 pub async fn apply_yaml(core: &CoreHandle, yaml: &str) -> Result<Vec<String>, ApiError> {
-    let objects = manifest::parse(yaml).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let mut objects = manifest::parse(yaml).map_err(|e| ApiError::Invalid(e.to_string()))?;
     if objects.is_empty() {
         return Err(ApiError::Invalid("the file holds no objects".into()));
     }
+    resolve_ofports(core, &mut objects).await?;
     core.mutate(move |m| {
         let before = m.clone();
         let mut fx = Effects::default();
@@ -32,6 +33,58 @@ pub async fn apply_yaml(core: &CoreHandle, yaml: &str) -> Result<Vec<String>, Ap
         Ok((results, fx))
     })
     .await
+}
+
+/// Pods without the `flowmesh.io/ofport` annotation get the OpenFlow port of their
+/// `flowmesh.io/ovs-port` from their node's switch. A pod already attached on the same node and
+/// port keeps its ofport (re-applying a file changes nothing, even with the switch away); a
+/// node added by the same file is found by the datapath id the file gives it.
+async fn resolve_ofports(
+    core: &CoreHandle,
+    objects: &mut [ManifestObject],
+) -> Result<(), ApiError> {
+    let file_dpids: Vec<(String, u64)> = objects
+        .iter()
+        .filter_map(|o| match o {
+            ManifestObject::Node(n) => Some((n.name.clone(), n.dpid)),
+            _ => None,
+        })
+        .collect();
+    for o in objects.iter_mut() {
+        let ManifestObject::Pod(p) = o else { continue };
+        if p.ofport.is_some() {
+            continue;
+        }
+        let what = format!("pod/{}/{}", p.namespace, p.name);
+        let (ns, name, node, port) = (
+            p.namespace.clone(),
+            p.name.clone(),
+            p.node.clone(),
+            p.port_name.clone(),
+        );
+        let kept = core
+            .read(move |c| {
+                c.model
+                    .pod(&ns, &name)
+                    .filter(|old| old.node == node && old.port_name == port)
+                    .map(|old| old.ofport)
+            })
+            .await?;
+        let ofport = match kept {
+            Some(n) => n,
+            None => {
+                let dpid = file_dpids
+                    .iter()
+                    .find(|(n, _)| *n == p.node)
+                    .map(|(_, d)| *d);
+                crate::ops::lookup_ofport(core, &p.node, &p.port_name, dpid)
+                    .await
+                    .map_err(|e| prefix(&what, e))?
+            }
+        };
+        p.ofport = Some(ofport);
+    }
+    Ok(())
 }
 
 fn prefix(what: &str, e: ApiError) -> ApiError {
@@ -111,8 +164,9 @@ fn apply_one(
             Ok(verb)
         }
         ManifestObject::Pod(p) => {
+            // resolve_ofports filled it in when the file left it out.
             let ofport = p.ofport.ok_or_else(|| {
-                ApiError::Invalid("the annotation flowmesh.io/ofport is required (the OpenFlow port of flowmesh.io/ovs-port)".into())
+                ApiError::Invalid("the OpenFlow port of flowmesh.io/ovs-port is unknown: set the annotation flowmesh.io/ofport".into())
             })?;
             if let Some(old) = m.pod(&p.namespace, &p.name) {
                 if old.node == p.node && old.port_name == p.port_name && old.ofport == ofport {

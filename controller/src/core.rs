@@ -622,6 +622,12 @@ impl Core {
         out
     }
 
+    /// The connection of a datapath, if its switch is connected (whether or not a node claims
+    /// it).
+    pub fn datapath_link(&self, dpid: u64) -> Option<Arc<dyn SwitchLink>> {
+        self.connected.get(&dpid).map(|(_, l)| l.clone())
+    }
+
     /// The reconciler handle of a node.
     pub fn reconciler(&self, node: &str) -> Option<ReconcilerHandle> {
         self.reconcilers.get(node).cloned()

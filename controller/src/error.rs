@@ -1,5 +1,6 @@
-//! Errors the controller's APIs return: each names the object and says what to do, and maps to
-//! a gRPC status code.
+//! Errors the controller's APIs return: each names the object and what is wrong with it, and
+//! maps to a gRPC status code. What to do about it is the client's to say (`flowmeshctl` adds one
+//! hint per error), so a message carries no command hints of its own.
 
 use topology::ModelError;
 
@@ -33,17 +34,14 @@ impl From<ModelError> for ApiError {
     fn from(e: ModelError) -> Self {
         let msg = e.to_string();
         match e {
-            ModelError::UnknownNode(n) => ApiError::NotFound(format!(
-                "node {n:?} not found (add it with: flowmeshctl node add {n} --ip IP --dpid DPID)"
-            )),
-            ModelError::UnknownNamespace(n) => ApiError::NotFound(format!(
-                "namespace {n:?} not found (create it with: flowmeshctl namespace create {n})"
-            )),
+            // The message names the object; what to do about it is the client's to say
+            // (flowmeshctl adds one hint), so it is not said twice.
+            ModelError::UnknownNode(n) => ApiError::NotFound(format!("node {n:?} not found")),
+            ModelError::UnknownNamespace(n) => {
+                ApiError::NotFound(format!("namespace {n:?} not found"))
+            }
             ModelError::UnknownPod(p) => ApiError::NotFound(format!("pod {p} not found")),
-            ModelError::PodExists(p) => ApiError::AlreadyExists(format!(
-                "pod {p} already exists (detach it first: flowmeshctl pod detach --namespace {} --name {})",
-                p.namespace, p.name
-            )),
+            ModelError::PodExists(p) => ApiError::AlreadyExists(format!("pod {p} already exists")),
             ModelError::Alloc { .. } => ApiError::Exhausted(msg),
             ModelError::ModeRefuses { .. } | ModelError::DefaultNamespace(_) => {
                 ApiError::FailedPrecondition(msg)
@@ -66,6 +64,41 @@ impl From<ApiError> for tonic::Status {
             ApiError::Exhausted(m) => tonic::Status::resource_exhausted(m),
             ApiError::Unavailable(m) => tonic::Status::unavailable(m),
             ApiError::Internal(m) => tonic::Status::internal(m),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::model::PodKey;
+
+    /// The server names the object; the client adds the one hint (issue 20: hints were doubled).
+    #[test]
+    fn model_errors_carry_no_command_hints() {
+        let pod = PodKey {
+            namespace: "ns".into(),
+            name: "p".into(),
+        };
+        for (e, want) in [
+            (
+                ModelError::UnknownNode("n1".into()),
+                ApiError::NotFound("node \"n1\" not found".into()),
+            ),
+            (
+                ModelError::UnknownNamespace("foo".into()),
+                ApiError::NotFound("namespace \"foo\" not found".into()),
+            ),
+            (
+                ModelError::UnknownPod(pod.clone()),
+                ApiError::NotFound("pod ns/p not found".into()),
+            ),
+            (
+                ModelError::PodExists(pod),
+                ApiError::AlreadyExists("pod ns/p already exists".into()),
+            ),
+        ] {
+            assert_eq!(ApiError::from(e), want);
         }
     }
 }

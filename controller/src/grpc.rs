@@ -325,12 +325,27 @@ impl Admin for AdminService {
         &self,
         _: Request<pa::Empty>,
     ) -> Result<Response<pa::SwitchList>, Status> {
-        let statuses = self.core.read(|c| c.switch_statuses()).await?;
+        // A node's switch is listed under the datapath id the node registered, connected or
+        // not; an unknown datapath under its own.
+        let statuses = self
+            .core
+            .read(|c| {
+                c.switch_statuses()
+                    .into_iter()
+                    .map(|s| {
+                        let registered = (!s.unknown)
+                            .then(|| c.model.node(&s.node).map(|n| n.dpid))
+                            .flatten();
+                        (s, registered)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await?;
         let items = statuses
             .iter()
-            .map(|s| pa::Switch {
+            .map(|(s, registered)| pa::Switch {
                 node: s.node.clone(),
-                dpid: s.dpid.load(Ordering::Relaxed),
+                dpid: registered.unwrap_or_else(|| s.dpid.load(Ordering::Relaxed)),
                 connected: s.connected.load(Ordering::Relaxed),
                 synced: s.synced.load(Ordering::Relaxed),
                 flows: s.installed_flows.load(Ordering::Relaxed),

@@ -52,6 +52,9 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
     /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>>;
+    /// The switch's ports as (name, OpenFlow port number), as last reported by the switch
+    /// (PORT_DESC at connect, kept up to date by PORT_STATUS).
+    fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>>;
 }
 
 impl std::fmt::Display for SwitchChange {

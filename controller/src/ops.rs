@@ -156,7 +156,7 @@ pub struct PodRequest {
     pub name: String,
     /// Host-side OVS port name.
     pub port_name: String,
-    /// Its OpenFlow port number.
+    /// Its OpenFlow port number ([`attach_pod`] looks up 0 on the switch by `port_name`).
     pub ofport: u32,
 }
 
@@ -179,8 +179,58 @@ impl PodRequest {
     }
 }
 
-/// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows.
-pub async fn attach_pod(core: &CoreHandle, pod: PodRequest) -> Result<PodInfo, ApiError> {
+/// The OpenFlow port number of the port `port_name` on the switch of `node`, as the switch
+/// reported it (PORT_DESC, PORT_STATUS). `dpid`, when given, is the datapath id the node is about
+/// to have (a Node object in the same manifest); otherwise the model's is used.
+pub async fn lookup_ofport(
+    core: &CoreHandle,
+    node: &str,
+    port_name: &str,
+    dpid: Option<u64>,
+) -> Result<u32, ApiError> {
+    let n = node.to_string();
+    let (dpid, link) = core
+        .read(move |c| {
+            let dpid = dpid.or_else(|| c.model.node(&n).map(|i| i.dpid));
+            (dpid, dpid.and_then(|d| c.datapath_link(d)))
+        })
+        .await?;
+    let Some(dpid) = dpid else {
+        return Err(ApiError::from(ModelError::UnknownNode(node.to_string())));
+    };
+    let not_connected = || {
+        ApiError::Unavailable(format!(
+            "cannot look up the OpenFlow port of {port_name:?}: the switch of node {node} (datapath {dpid:#018x}) is not connected"
+        ))
+    };
+    let link = link.ok_or_else(not_connected)?;
+    let ports = link.ports().await.map_err(|_| not_connected())?;
+    match ports.iter().find(|(name, _)| name == port_name) {
+        Some((_, ofport)) if *ofport != 0 && *ofport < ofproto::action::port::MAX => Ok(*ofport),
+        Some((_, ofport)) => Err(ApiError::Invalid(format!(
+            "port {port_name:?} on the switch of node {node} is OpenFlow port {ofport:#x}, a reserved port, not a pod port"
+        ))),
+        None => Err(ApiError::NotFound(format!(
+            "port {port_name:?} not found on the switch of node {node} (datapath {dpid:#018x}; it has {} ports)",
+            ports.len()
+        ))),
+    }
+}
+
+/// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows. An
+/// ofport of 0 is looked up on the node's switch by the port name.
+pub async fn attach_pod(core: &CoreHandle, mut pod: PodRequest) -> Result<PodInfo, ApiError> {
+    if pod.ofport == 0 && !pod.port_name.is_empty() {
+        check_name("pod", &pod.name)?;
+        // A missing namespace is the first thing to report, as when the ofport is given.
+        let ns = pod.namespace.clone();
+        if !core.read(move |c| c.model.namespace(&ns).is_some()).await? {
+            return Err(ApiError::from(ModelError::UnknownNamespace(
+                pod.namespace.clone(),
+            )));
+        }
+        pod.ofport = lookup_ofport(core, &pod.node, &pod.port_name, None).await?;
+    }
     pod.validate()?;
     core.mutate(move |m| attach_pod_in(m, &pod)).await
 }

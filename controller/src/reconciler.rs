@@ -249,7 +249,7 @@ impl Reconciler {
             for a in acks {
                 let r = if a.require_connected {
                     Err(ApiError::Unavailable(format!(
-                        "the switch of node {} is not connected (is flowmesh-shim running there?)",
+                        "the switch of node {} is not connected",
                         self.status.node
                     )))
                 } else {

@@ -66,6 +66,61 @@ pub struct Running {
     pub openflow_addr: SocketAddr,
     /// The bound metrics address.
     pub metrics_addr: Option<SocketAddr>,
+    /// Tells the servers to stop accepting and finish what they are doing.
+    stop: tokio::sync::watch::Sender<bool>,
+    /// The servers a graceful shutdown waits for, by name.
+    servers: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+}
+
+/// How a graceful shutdown went.
+#[derive(Debug)]
+pub struct Shutdown {
+    /// How long it took.
+    pub took: Duration,
+    /// The servers that had not finished when the grace period ended (empty: clean).
+    pub abandoned: Vec<&'static str>,
+}
+
+impl Running {
+    /// Stop gracefully: the gRPC and metrics servers stop accepting and finish the calls in
+    /// flight (a mutation in flight is stored and acknowledged, or fails, before its call
+    /// ends), for at most `grace`. Switch sessions are not waited for: they are closed at exit
+    /// and the switches keep their flows and reconnect to the next controller. Logs what it
+    /// waits for and what it gave up on.
+    pub async fn shutdown(self, grace: Duration) -> Shutdown {
+        let t0 = std::time::Instant::now();
+        let names: Vec<&str> = self.servers.iter().map(|(n, _)| *n).collect();
+        tracing::info!(
+            waiting_for = %names.join(", "),
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: stopped accepting; waiting for the calls in flight to finish"
+        );
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut abandoned = Vec::new();
+        for (name, mut task) in self.servers {
+            match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(_) => tracing::info!(server = name, "shutting down: server stopped"),
+                Err(_) => {
+                    task.abort();
+                    tracing::warn!(
+                        server = name,
+                        grace_ms = grace.as_millis() as u64,
+                        "shutting down: calls still open after the grace period (e.g. a watch stream); closing them"
+                    );
+                    abandoned.push(name);
+                }
+            }
+        }
+        let took = t0.elapsed();
+        tracing::info!(took_ms = took.as_millis() as u64, "shutdown complete");
+        Shutdown { took, abandoned }
+    }
+}
+
+/// A future that resolves once `stop` says true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 async fn bind(
@@ -83,7 +138,7 @@ async fn bind(
         })
 }
 
-/// Start everything; the tasks run until the process exits.
+/// Start everything; the tasks run until [`Running::shutdown`] or the process exits.
 pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let store: Arc<dyn StateBackend> = Arc::new(EmbeddedStore::open(&cfg.data_dir)?);
     let (model, changes) = load_model(store.as_ref(), cfg.cluster.as_ref())?;
@@ -139,9 +194,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let metrics_addr = metrics_l.as_ref().and_then(|l| l.local_addr().ok());
     let core_for_of = core.clone();
 
-    tokio::spawn(serve_grpc(core.clone(), grpc));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = vec![(
+        "gRPC",
+        tokio::spawn(serve_grpc(core.clone(), grpc, stopped(stop_rx.clone()))),
+    )];
     if let Some(l) = metrics_l {
-        tokio::spawn(serve_metrics(core.clone(), l));
+        servers.push((
+            "metrics",
+            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx))),
+        ));
     }
     tokio::spawn(async move {
         // The listener accepts for as long as it lives.
@@ -154,10 +216,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         grpc_addr,
         openflow_addr,
         metrics_addr,
+        stop,
+        servers,
     })
 }
 
-async fn serve_grpc(core: CoreHandle, listener: tokio::net::TcpListener) {
+async fn serve_grpc(
+    core: CoreHandle,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<proto::admin::admin_server::AdminServer<AdminService>>()
@@ -165,9 +233,20 @@ async fn serve_grpc(core: CoreHandle, listener: tokio::net::TcpListener) {
     health_reporter
         .set_serving::<proto::node::node_api_server::NodeApiServer<NodeService>>()
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .build_v1();
+    // Both reflection versions (v1alpha is what many clients still speak), each listing every
+    // served service: the APIs, health, and both reflection services.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .include_reflection_service(false)
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+    };
+    let reflection_v1 = reflection().build_v1();
+    let reflection_v1alpha = reflection().build_v1alpha();
     // Small request/response messages: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms.
     let incoming = {
         use tokio_stream::StreamExt;
@@ -186,19 +265,23 @@ async fn serve_grpc(core: CoreHandle, listener: tokio::net::TcpListener) {
         .add_service(proto::node::node_api_server::NodeApiServer::new(
             NodeService::new(core),
         ));
-    let router = match reflection {
-        Ok(r) => router.add_service(r),
-        Err(e) => {
+    let router = match (reflection_v1, reflection_v1alpha) {
+        (Ok(v1), Ok(v1alpha)) => router.add_service(v1).add_service(v1alpha),
+        (Err(e), _) | (_, Err(e)) => {
             tracing::error!(error = %e, "gRPC reflection unavailable");
             router
         }
     };
-    if let Err(e) = router.serve_with_incoming(incoming).await {
+    if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server stopped");
     }
 }
 
-async fn serve_metrics(core: CoreHandle, listener: tokio::net::TcpListener) {
+async fn serve_metrics(
+    core: CoreHandle,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     use axum::routing::get;
     let c1 = core.clone();
     let c2 = core.clone();
@@ -246,7 +329,10 @@ async fn serve_metrics(core: CoreHandle, listener: tokio::net::TcpListener) {
                 }
             }),
         );
-    if let Err(e) = axum::serve(listener, app).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
         tracing::error!(error = %e, "metrics server stopped");
     }
 }

@@ -38,6 +38,20 @@ impl SwitchLink for SessionLink {
         })
     }
 
+    fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>> {
+        Box::pin(async move {
+            let ports = self
+                .handle
+                .ports()
+                .await
+                .map_err(|c| LinkError::Disconnected(c.to_string()))?;
+            Ok(ports
+                .values()
+                .map(|p| (String::from_utf8_lossy(&p.name).into_owned(), p.port_no))
+                .collect())
+        })
+    }
+
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
         Box::pin(async move {
             let messages: Vec<Message> = changes

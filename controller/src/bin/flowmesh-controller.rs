@@ -48,9 +48,23 @@ struct Args {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `controller=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
-    /// Log as JSON lines.
-    #[arg(long)]
+    /// Log line format on stderr: `text` (coloured only when stderr is a terminal and NO_COLOR
+    /// is unset) or `json` (one JSON object per line, for log collectors).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Same as `--log-format json`.
+    #[arg(long, conflicts_with = "log_format")]
     log_json: bool,
+    /// Seconds a graceful shutdown (SIGTERM, SIGINT) waits for calls in flight before closing
+    /// them.
+    #[arg(long, default_value_t = 5.0)]
+    shutdown_grace: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 fn load_config(path: &PathBuf) -> Result<topology::ClusterNetworkConfig, String> {
@@ -73,22 +87,56 @@ fn seconds(flag: &str, v: f64) -> Result<Duration, String> {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = Args::parse();
+fn init_logging(args: &Args) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if args.log_json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_json || args.log_format == LogFormat::Json {
+        builder.json().init();
     } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
+        let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        builder.with_ansi(colour).init();
     }
+}
+
+/// The first of SIGTERM and SIGINT, by name.
+async fn termination() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "SIGINT"
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(&args);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("flowmesh-controller: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = rt.block_on(run(args));
+    // Whatever is still running (switch sessions, a store write in a blocking thread) gets a
+    // moment; then the process exits.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    code
+}
+
+async fn run(args: Args) -> ExitCode {
+    let json_logs = args.log_json || args.log_format == LogFormat::Json;
     let cfg = (|| -> Result<ServerConfig, String> {
         Ok(ServerConfig {
             cluster: args.config.as_ref().map(load_config).transpose()?,
@@ -108,6 +156,13 @@ async fn main() -> ExitCode {
             },
         })
     })();
+    let grace = match seconds("--shutdown-grace", args.shutdown_grace) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("flowmesh-controller: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let cfg = match cfg {
         Ok(c) => c,
         Err(e) => {
@@ -117,19 +172,29 @@ async fn main() -> ExitCode {
     };
     match start(cfg).await {
         Ok(r) => {
-            eprintln!(
-                "flowmesh-controller: gRPC on {}, OpenFlow on {}{}",
-                r.grpc_addr,
-                r.openflow_addr,
-                r.metrics_addr
-                    .map(|a| format!(", metrics on http://{a}/metrics"))
-                    .unwrap_or_default()
-            );
-            let _ = tokio::signal::ctrl_c().await;
+            // In JSON mode every line is JSON: the log's "running" line carries the addresses.
+            if !json_logs {
+                eprintln!(
+                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}",
+                    r.grpc_addr,
+                    r.openflow_addr,
+                    r.metrics_addr
+                        .map(|a| format!(", metrics on http://{a}/metrics"))
+                        .unwrap_or_default()
+                );
+            }
+            let signal = termination().await;
+            tracing::info!(signal, "termination requested");
+            // The shutdown logs what it waits for, what it gave up on and how long it took.
+            r.shutdown(grace).await;
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("flowmesh-controller: {e}");
+            if json_logs {
+                tracing::error!(error = %e, "cannot start");
+            } else {
+                eprintln!("flowmesh-controller: {e}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -48,7 +48,7 @@ impl fmt::Display for Target {
             } => write!(f, "pod \"{namespace}/{name}\""),
             Target::List(kind) => write!(f, "{kind}"),
             Target::Flows(n) => write!(f, "flows of node {n:?}"),
-            Target::Trace => write!(f, "trace"),
+            Target::Trace => write!(f, "packet"),
             Target::Manifest(file) => write!(f, "{file}"),
             Target::Events => write!(f, "events"),
             Target::ClusterNetwork => write!(f, "cluster network"),
@@ -195,6 +195,13 @@ fn mentioned<'a>(message: &str, names: &'a [String]) -> Option<&'a String> {
     })
 }
 
+/// The name in quotes right after `prefix` (`namespace "blue" not found` -> `blue`).
+fn quoted_after(message: &str, prefix: &str) -> Option<String> {
+    let rest = &message[message.find(prefix)? + prefix.len()..];
+    let name = &rest[..rest.find('"')?];
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
     let lower = message.to_ascii_lowercase();
     let node_add = |n: &str| format!("add it with: flowmeshctl node add {n} --ip IPV4 --dpid DPID");
@@ -218,7 +225,11 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
                 ..
             },
         ) => {
-            if lower.contains("port") {
+            if lower.starts_with("namespace") {
+                ns_create(namespace)
+            } else if lower.starts_with("node") {
+                node_add(node)
+            } else if lower.contains("port") {
                 format!("check the port is on the bridge of {node} (ovs-vsctl list-ports br0) or pass --ofport")
             } else if lower.contains("namespace") {
                 ns_create(namespace)
@@ -236,12 +247,33 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
             None => "list namespaces with: flowmeshctl get netnamespaces".into(),
         },
         (Code::NotFound, Target::Trace) => "list pods with: flowmeshctl get pods".into(),
+        (Code::NotFound, Target::Manifest(_)) => {
+            if let Some(n) = quoted_after(message, "namespace \"") {
+                format!("{}, or add a Namespace document to the file", ns_create(&n))
+            } else if let Some(n) = quoted_after(message, "node \"") {
+                format!("{}, or add a Node document to the file", node_add(&n))
+            } else if lower.contains("port") {
+                "check the port is on the node's bridge (ovs-vsctl list-ports br0) or set the flowmesh.io/ofport annotation".into()
+            } else {
+                "fix the manifest and apply it again".into()
+            }
+        }
         (Code::AlreadyExists, Target::Namespace(n)) => {
             format!("it exists already; see it with: flowmeshctl get netnamespaces {n}")
         }
-        (Code::AlreadyExists, Target::Node(n)) => format!(
-            "see it with: flowmeshctl get hostsubnets {n}; to change it, delete it first with: flowmeshctl node delete {n}"
-        ),
+        (Code::AlreadyExists, Target::Node(n)) => {
+            // The IP or datapath id is held by another node, which the message names.
+            let holder = message
+                .rsplit_once(" by node ")
+                .map(|(_, h)| h.trim().trim_matches('"').to_string())
+                .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace));
+            match holder {
+                Some(h) => format!(
+                    "it belongs to node {h}; see it with: flowmeshctl get hostsubnets {h}; choose another for {n}, or delete {h} first with: flowmeshctl node delete {h}"
+                ),
+                None => format!("see the nodes with: flowmeshctl get hostsubnets {n}"),
+            }
+        }
         (
             Code::AlreadyExists,
             Target::Pod {
@@ -255,6 +287,13 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
             "check the arguments; see: flowmeshctl {} --help",
             command_of(op)
         ),
+        (Code::Unavailable, Target::Pod { node: Some(node), .. }) if lower.contains("not connected") => {
+            if lower.contains("look up") {
+                format!("connect the bridge of {node} to the controller (ovs-vsctl set-controller br0 tcp:CONTROLLER:6653) and retry, or pass --ofport; see: flowmeshctl get switches")
+            } else {
+                format!("a pod's flows must reach its switch: is flowmesh-shim running on {node}, its bridge connected to the controller? see: flowmeshctl get switches")
+            }
+        }
         (Code::FailedPrecondition, Target::Flows(n)) | (Code::Unavailable, Target::Flows(n)) => {
             format!("the switch of node {n:?} may be disconnected or not synced yet; see: flowmeshctl get switches")
         }

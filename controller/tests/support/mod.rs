@@ -184,3 +184,64 @@ pub async fn wait_synced(admin: &mut AdminClient<Channel>, nodes: &[&str]) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What a `flowmeshctl` run did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Assert exit 0; the stdout.
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Assert exit 1; the stderr.
+    pub fn fails(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(1),
+            "expected exit 1\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stderr
+    }
+}
+
+/// Run the real `flowmeshctl` against `server` (`--server` is passed first).
+pub fn ctl(server: SocketAddr, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+        .arg("--server")
+        .arg(server.to_string())
+        .args(args)
+        .env_remove("FLOWMESH_SERVER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run flowmeshctl");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Send `signal` (e.g. `TERM`) to a process we started, by PID, with kill(1).
+pub fn send_signal(pid: u32, signal: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{signal} {pid} failed");
+}
