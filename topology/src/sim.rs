@@ -586,7 +586,7 @@ impl Simulator {
             }
             let done = seen
                 .iter()
-                .find(|(_, (mask, n))| (1..=*n).all(|k| mask & (1u64 << k) != 0));
+                .find(|(_, (mask, n))| (0..*n).all(|k| mask & (1u64 << k) != 0));
             if let Some((&id, _)) = done {
                 p.conj_id = id;
                 let again = flows
@@ -888,6 +888,32 @@ mod tests {
             (r.tun_src, r.tun_dst),
             (Ipv4Addr::new(192, 168, 0, 1), hop.tun_dst)
         );
+    }
+
+    /// A three-clause conjunction (pod, peer, port) decides: the allowed port is delivered,
+    /// another port of the same peer is dropped by the isolation flow of table 80.
+    #[test]
+    fn a_conjunctive_match_allows_exactly_its_ports() {
+        let m = crate::pipeline::netpol::tests::one_node_policy();
+        let sets: BTreeMap<String, FlowSet> =
+            [("n1".to_string(), compute_node(&m, "n1").expect("flows"))].into();
+        let sim = Simulator::from_model(&m, &sets);
+        let (a, b) = (
+            m.pod("ns", "a").cloned().expect("a"),
+            m.pod("ns", "b").cloned().expect("b"),
+        );
+        for (port, delivered) in [(80, true), (443, true), (81, false)] {
+            sim.flush_conntrack();
+            let t = sim.trace("n1", Packet::l4(3, a.mac(), a.ip, b.ip, 6, port));
+            if delivered {
+                assert_eq!(t.delivered(), vec![("n1", "b")], "port {port}: {t:?}");
+            } else {
+                assert!(
+                    matches!(t.outcomes.as_slice(), [Outcome::Dropped { by, .. }] if by.table == 80),
+                    "port {port}: {t:?}"
+                );
+            }
+        }
     }
 
     #[test]
