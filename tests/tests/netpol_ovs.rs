@@ -256,8 +256,9 @@ const INGRESS: (bool, bool) = (true, false);
 const EGRESS: (bool, bool) = (false, true);
 const BOTH: (bool, bool) = (true, true);
 
-/// The policies; `b_subnet` is node-b's pod subnet (an ipBlock except).
-fn policies(b_subnet: &str) -> Vec<NetworkPolicy> {
+/// The policies; `a_subnet` and `b_subnet` are node-a's and node-b's pod subnets (ipBlock
+/// exceptions).
+fn policies(a_subnet: &str, b_subnet: &str) -> Vec<NetworkPolicy> {
     use Protocol::{Sctp, Tcp, Udp};
     use SelectorOp::{DoesNotExist, Exists, In, NotIn};
     vec![
@@ -395,7 +396,27 @@ fn policies(b_subnet: &str) -> Vec<NetworkPolicy> {
                     vec![port(Tcp, 9100)],
                 ),
                 rule(vec![block("192.0.2.0/24", &["192.0.2.128/25"])], vec![]),
+                // A named port on an ipBlock: resolved on the pods the block covers
+                // (pg-0: 5432, pg-1: 5433, both on node-c).
+                rule(
+                    vec![block("10.128.0.0/14", &[a_subnet])],
+                    vec![named(Tcp, "pg")],
+                ),
             ],
+        ),
+        // Beside allow-all-ingress on the same pod: a conjunction clause (nw_dst=prom-0,
+        // priority 220) with the very match of the allow-all flow (priority 210); a packet
+        // that matches the clause but completes no conjunction must still find the latter.
+        policy(
+            "monitoring",
+            "prom-from-frontend",
+            sel(&[("app", "prom")]),
+            INGRESS,
+            vec![rule(
+                vec![pods_peer(Some(sel(&[("team", "web")])), None)],
+                vec![port(Tcp, 9091)],
+            )],
+            vec![],
         ),
         // An empty ingress rule: every peer, every port.
         policy(
@@ -482,8 +503,8 @@ fn cluster() -> ClusterModel {
         )
         .expect("pod");
     }
-    let b_subnet = m.node("node-b").expect("node-b").subnet.to_string();
-    for p in policies(&b_subnet) {
+    let subnet = |n: &str| m.node(n).expect("node").subnet.to_string();
+    for p in policies(&subnet("node-a"), &subnet("node-b")) {
         m.apply_policy(p).expect("policy");
     }
     m
@@ -531,7 +552,7 @@ fn installed(m: &ClusterModel, sets: &BTreeMap<String, FlowSet>) -> OvsSandbox {
 fn netpol_flows_read_back_identically() {
     let t0 = Instant::now();
     let m = cluster();
-    assert_eq!(m.policies().count(), 13);
+    assert_eq!(m.policies().count(), 14);
     let sets = flowsets(&m);
     let sbx = installed(&m, &sets);
     let mut total = 0;
@@ -917,6 +938,13 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
         // monitoring takes everything (an empty rule); nobody isolates x-0's sources here.
         ("frontend/web-0", "monitoring/prom-0", "udp/5011", A),
         ("data/pg-0", "monitoring/prom-0", "icmp", A),
+        ("default/dns-0", "monitoring/prom-0", "tcp/8080", A),
+        ("frontend/web-1", "monitoring/prom-0", "tcp/9091", A),
+        // prom-egress: named pg on an ipBlock (egress passes, pg's ingress refuses).
+        ("monitoring/prom-0", "data/pg-0", "tcp/5432", I),
+        ("monitoring/prom-0", "data/pg-1", "tcp/5433", I),
+        ("monitoring/prom-0", "data/pg-1", "tcp/5432", E),
+        ("monitoring/prom-0", "data/redis-0", "tcp/6379", E),
     ];
     let mut expected_checked = 0;
     for (src, dst, probe, want) in pair_expectations {
@@ -1062,4 +1090,59 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
     assert!(in_allowed > 0 && in_allowed < inbound.len());
     assert!(j.packets >= pair_packets + est_checked + replies_checked);
     assert_eq!(j.agreed, j.packets);
+}
+
+/// The judge is not blind: a switch missing one conjunction clause flow (pg-1's named port
+/// on node-c) disagrees on exactly the packet that clause decides, and a packet traced with
+/// the wrong conntrack state disagrees too.
+#[test]
+fn the_judge_catches_a_missing_clause_and_a_wrong_ct_state() {
+    let m = cluster();
+    let sets = flowsets(&m);
+    let sbx = installed(&m, &sets);
+    let clause = "table=80,priority=220,tcp,tp_dst=5433";
+    assert!(
+        sbx.dump_flows("node-c")
+            .expect("dump-flows")
+            .iter()
+            .any(|l| l.contains("table=80, priority=220,tcp,tp_dst=5433 actions=conjunction(")),
+        "no {clause} clause flow on node-c"
+    );
+    sbx.ofctl(&["--strict", "del-flows", "node-c", clause])
+        .expect("del-flows");
+    let pods = pods(&m);
+    let pod = |label: &str| {
+        pods.iter()
+            .find(|p| p.label == label)
+            .cloned()
+            .expect("pod")
+    };
+    let (api, pg0, pg1) = (pod("backend/api-1"), pod("data/pg-0"), pod("data/pg-1"));
+    let mut j = Judge::new(&sbx, &m, &sets);
+    for (label, b, port) in [("to pg-1", &pg1, 5433), ("to pg-0", &pg0, 5432)] {
+        j.flush_conntrack();
+        let p = packet(api.ofport, api.mac, api.ip, b.ip, 6, port);
+        let t = j.check_ct(label, &api.node, p, &["trk,new"]);
+        assert_eq!(verdict(&t, &api.node, Some(b)), Verdict::Allowed, "{label}");
+    }
+    // The simulator knows the connection (established); OVS is told it is new.
+    j.flush_conntrack();
+    let p = packet(api.ofport, api.mac, api.ip, pg0.ip, 6, 5432);
+    j.prime(&api.node, p.clone());
+    j.check_ct("established as new", &api.node, p, &["trk,new"]);
+    assert_eq!((j.packets, j.agreed), (3, 1), "{}", j.mismatches.join("\n"));
+    let heads: Vec<&str> = j
+        .mismatches
+        .iter()
+        .map(|m| m.split(" with ").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        heads,
+        ["to pg-1: on node-c", "established as new: on node-c"]
+    );
+    assert!(
+        j.mismatches[0].contains("t80 p180"),
+        "OVS drops in table 80's isolation flow: {}",
+        j.mismatches[0]
+    );
 }
