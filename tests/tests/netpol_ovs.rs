@@ -1,5 +1,5 @@
 //! NetworkPolicy mode against real Open vSwitch: a 3-node cluster with labelled namespaces and
-//! pods (some with named container ports) and a dozen policies of every peer and port kind
+//! pods (some with named container ports) and 14 policies of every peer and port kind
 //! (podSelector matchLabels / matchExpressions In, NotIn, Exists, DoesNotExist,
 //! namespaceSelector alone and with a podSelector, ipBlock with except, TCP/UDP/SCTP numeric
 //! and named ports, endPort ranges, empty rules, default deny, egress, both policy types) is
@@ -10,8 +10,8 @@
 //! node and across VXLAN; then every allowed connection's next request packet
 //! (`trk,est`) and its reply (`trk,est,rpl`), with the simulator's conntrack primed by the
 //! first packet; pods to outside addresses (egress ipBlocks) and outside clients to pods
-//! (ingress ipBlocks), and their replies. Hand-derived Kubernetes verdicts are checked on a
-//! sample of packets.
+//! (ingress ipBlocks), and their replies; service traffic after the host's DNAT (judged like
+//! the direct packet). Hand-derived Kubernetes verdicts are checked on a sample of packets.
 
 mod pipeline_ovs_judge;
 
@@ -876,6 +876,51 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
         }
     }
 
+    // Services: a pod's packet to a service IP passes its egress policy (t27 bypass) to the
+    // host; after the host's DNAT it comes back through tun0 (source: the pod, destination:
+    // a pod) and is judged then, exactly like the direct packet.
+    let service = Ipv4Addr::new(172, 30, 0, 10);
+    let mut service_checked = 0;
+    for a in &pods {
+        let gw_mac = topology::alloc::pod_mac(m.node(&a.node).expect("node").gateway());
+        for (probe, proto, port) in [
+            ("tcp/9100", 6, 9100),
+            ("udp/53", 17, 53),
+            ("tcp/6379", 6, 6379),
+        ] {
+            let label = format!("{probe} {} -> service {service}", a.label);
+            j.flush_conntrack();
+            let t = j.check_ct(
+                &label,
+                &a.node,
+                packet(a.ofport, a.mac, a.ip, service, proto, port),
+                &["trk,new"],
+            );
+            if verdict(&t, &a.node, None) != Verdict::Allowed {
+                failures.push(format!("{label}: not sent to the host: {:?}", t.outcomes));
+            }
+            for b in &pods {
+                if a.ip == b.ip {
+                    continue;
+                }
+                let label = format!("{probe} {} -> {} via the service", a.label, b.label);
+                j.flush_conntrack();
+                let t = j.check_ct(
+                    &label,
+                    &a.node,
+                    packet(2, gw_mac, a.ip, b.ip, proto, port),
+                    &["trk,new"],
+                );
+                let got = verdict(&t, &a.node, Some(b));
+                let direct = verdicts.get(&(a.label.clone(), b.label.clone(), probe));
+                if direct != Some(&got) {
+                    failures.push(format!("{label}: {got:?}, the direct packet {direct:?}"));
+                }
+                service_checked += 1;
+            }
+        }
+    }
+
     // Kubernetes verdicts derived by hand from the policies above.
     use Verdict::{Allowed as A, DeniedEgress as E, DeniedIngress as I};
     let pair_expectations: &[(&str, &str, &str, Verdict)] = &[
@@ -1037,7 +1082,7 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
     let ext_allowed = external.values().filter(|v| **v == A).count();
     let in_allowed = inbound.values().filter(|v| **v == A).count();
     println!(
-        "netpol_ovs: {pair_packets} new pod-to-pod connections ({crossing} across VXLAN): {allowed} allowed, {denied_egress} denied by egress (t27), {denied_ingress} denied by ingress (t80); {est_checked} established and {replies_checked} reply packets; {} pod-to-outside ({ext_allowed} allowed), {} outside/host-to-pod ({in_allowed} allowed); {expected_checked} Kubernetes verdicts checked; {} packets judged, {} agreed, {} node verdicts compared; flows installed in {:.2}s, total {:.2}s",
+        "netpol_ovs: {pair_packets} new pod-to-pod connections ({crossing} across VXLAN): {allowed} allowed, {denied_egress} denied by egress (t27), {denied_ingress} denied by ingress (t80); {est_checked} established and {replies_checked} reply packets; {} pod-to-outside ({ext_allowed} allowed), {} outside/host-to-pod ({in_allowed} allowed); {service_checked} service returns (same verdict as direct); {expected_checked} Kubernetes verdicts checked; {} packets judged, {} agreed, {} node verdicts compared; flows installed in {:.2}s, total {:.2}s",
         external.len(),
         inbound.len(),
         j.packets,
