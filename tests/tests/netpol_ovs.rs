@@ -813,7 +813,9 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
     for a in &pods {
         let gw = m.node(&a.node).expect("node").gateway();
         let gw_mac = topology::alloc::pod_mac(gw);
-        for dst in outside {
+        // Also the pod's own node: its gateway and its underlay IP (DNS to the node).
+        let own = [gw, m.node(&a.node).expect("node").ip];
+        for dst in outside.into_iter().chain(own) {
             for (probe, proto, port) in [("icmp", 1, 0), ("tcp/443", 6, 443), ("udp/53", 17, 53)] {
                 let req = packet(a.ofport, a.mac, a.ip, dst, proto, port);
                 let label = format!("{probe} {} -> {dst}", a.label);
@@ -1079,6 +1081,26 @@ fn ofproto_trace_agrees_with_the_simulator_netpol() {
         }
     }
 
+    // A fact worth seeing in the log: egress policies also judge a pod's packets to its own
+    // node (gateway, DNS on the node IP), as Kubernetes leaves it to the implementation.
+    let to_own_node: Vec<String> = external
+        .iter()
+        .filter(|((src, dst, _), v)| {
+            **v == E
+                && pods.iter().any(|p| {
+                    &p.label == src && {
+                        let n = m.node(&p.node).expect("node");
+                        *dst == n.gateway() || *dst == n.ip
+                    }
+                })
+        })
+        .map(|((src, dst, probe), _)| format!("{probe} {src} -> {dst}"))
+        .collect();
+    println!(
+        "{} packets to the pod's own node denied by egress policies, e.g. {}",
+        to_own_node.len(),
+        to_own_node[..to_own_node.len().min(6)].join(", ")
+    );
     let ext_allowed = external.values().filter(|v| **v == A).count();
     let in_allowed = inbound.values().filter(|v| **v == A).count();
     println!(
