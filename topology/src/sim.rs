@@ -890,6 +890,32 @@ mod tests {
         );
     }
 
+    /// A three-clause conjunction (pod, peer, port) decides: the allowed port is delivered,
+    /// another port of the same peer is dropped by the isolation flow of table 80.
+    #[test]
+    fn a_conjunctive_match_allows_exactly_its_ports() {
+        let m = crate::pipeline::netpol::tests::one_node_policy();
+        let sets: BTreeMap<String, FlowSet> =
+            [("n1".to_string(), compute_node(&m, "n1").expect("flows"))].into();
+        let sim = Simulator::from_model(&m, &sets);
+        let (a, b) = (
+            m.pod("ns", "a").cloned().expect("a"),
+            m.pod("ns", "b").cloned().expect("b"),
+        );
+        for (port, delivered) in [(80, true), (443, true), (81, false)] {
+            sim.flush_conntrack();
+            let t = sim.trace("n1", Packet::l4(3, a.mac(), a.ip, b.ip, 6, port));
+            if delivered {
+                assert_eq!(t.delivered(), vec![("n1", "b")], "port {port}: {t:?}");
+            } else {
+                assert!(
+                    matches!(t.outcomes.as_slice(), [Outcome::Dropped { by, .. }] if by.table == 80),
+                    "port {port}: {t:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_hop_to_an_unknown_node_is_recorded_too() {
         let (m, mut sets) = two_nodes();

@@ -620,7 +620,7 @@ fn node_policy_flows_with(res: &mut Resolver<'_>, node: &str) -> Result<SharedRu
                 let e = clauses
                     .entry((table, cl.clone()))
                     .or_insert((Vec::new(), pc));
-                // The wire's clause number is 0-based (`k+1/n` in text).
+                // 0-based on the wire and in `Action::Conjunction` (OVS prints k+1).
                 e.0.push((*id, k as u8, n));
                 e.1 = e.1.min(pc);
             }
@@ -684,8 +684,100 @@ fn node_policy_flows_with(res: &mut Resolver<'_>, node: &str) -> Result<SharedRu
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::config::{ClusterNetworkConfig, Mode};
+    use crate::model::{PodAttach, PodMeta, PolicyRule};
+
+    /// One node, pods `a` (app=a) and `b` (app=b) in namespace `ns`, and a policy letting
+    /// `a` reach `b` on TCP 80 and 443: a three-dimension conjunction.
+    pub(crate) fn one_node_policy() -> ClusterModel {
+        let config = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("cidr"),
+            23,
+            "172.30.0.0/16".parse().expect("cidr"),
+            Mode::Networkpolicy,
+        );
+        let mut m = ClusterModel::new(config).expect("model");
+        m.add_node("n1", Ipv4Addr::new(192, 168, 0, 1), 1)
+            .expect("node");
+        m.add_namespace("ns").expect("namespace");
+        for (name, ofport) in [("a", 3), ("b", 4)] {
+            let meta = PodMeta {
+                labels: [("app".to_string(), name.to_string())].into(),
+                ports: Vec::new(),
+            };
+            let attach = PodAttach {
+                namespace: "ns",
+                name,
+                node: "n1",
+                port_name: name,
+                ofport,
+            };
+            m.add_pod_with(attach, meta).expect("pod");
+        }
+        let tcp = |n| PolicyPort {
+            protocol: Protocol::Tcp,
+            port: Some(PortSpec::Number(n)),
+            end_port: None,
+        };
+        m.apply_policy(NetworkPolicy {
+            namespace: "ns".into(),
+            name: "b-from-a".into(),
+            pod_selector: LabelSelector::labels([("app", "b")]),
+            ingress_isolation: true,
+            egress_isolation: false,
+            ingress: vec![PolicyRule {
+                peers: vec![Peer::Pods {
+                    namespace_selector: None,
+                    pod_selector: Some(LabelSelector::labels([("app", "a")])),
+                }],
+                ports: vec![tcp(80), tcp(443)],
+            }],
+            egress: Vec::new(),
+        })
+        .expect("policy");
+        m
+    }
+
+    /// `Action::Conjunction` holds the wire's 0-based clause index (OVS prints it 1-based and
+    /// refuses `k/n` with k > n): every conjunction uses clauses 0..n exactly.
+    #[test]
+    fn conjunction_clauses_are_zero_based() {
+        let m = one_node_policy();
+        let flows = node_policy_flows(&m, "n1").expect("flows");
+        let mut clauses: BTreeMap<u32, (u8, BTreeSet<u8>)> = BTreeMap::new();
+        for f in flows.iter() {
+            for ins in &f.instructions {
+                if let ofproto::Instruction::ApplyActions(acts) = ins {
+                    for a in acts {
+                        if let Action::Conjunction {
+                            id,
+                            clause,
+                            n_clauses,
+                        } = a
+                        {
+                            let e = clauses.entry(*id).or_insert((*n_clauses, BTreeSet::new()));
+                            e.1.insert(*clause);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(clauses.len(), 1, "{clauses:?}");
+        for (id, (n, seen)) in clauses {
+            assert_eq!(n, 3, "conjunction {id}");
+            assert_eq!(seen, (0..n).collect::<BTreeSet<u8>>(), "conjunction {id}");
+        }
+        let text: Vec<String> = flows.iter().map(|f| f.to_string()).collect();
+        for k in 1..=3 {
+            assert!(
+                text.iter().any(|l| l.contains(&format!(",{k}/3)"))),
+                "no clause {k}/3 in:\n{}",
+                text.join("\n")
+            );
+        }
+    }
 
     #[test]
     fn prefixes_cover_exactly() {
