@@ -568,15 +568,16 @@ fn node_policy_flows_with(res: &mut Resolver<'_>, node: &str) -> Result<SharedRu
     let mut conjs: Vec<Conj> = Vec::new();
     // Pods isolated per direction (a policy of that type selects them).
     let mut isolated: [BTreeMap<Ipv4Addr, String>; 2] = Default::default();
-    let local_ns: BTreeSet<&str> = model
-        .pods_on_node(node)
-        .map(|p| p.key.namespace.as_str())
-        .collect();
-    for ns in local_ns {
+    let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
+    for p in model.pods_on_node(node) {
+        local.entry(p.key.namespace.as_str()).or_default().push(p);
+    }
+    for (ns, pods) in local {
         for p in model.policies_in(ns) {
-            let selected: Vec<&PodInfo> = model
-                .pods_on_node(node)
-                .filter(|pod| pod.key.namespace == ns && p.pod_selector.matches(&pod.labels))
+            let selected: Vec<&PodInfo> = pods
+                .iter()
+                .copied()
+                .filter(|pod| p.pod_selector.matches(&pod.labels))
                 .collect();
             if selected.is_empty() {
                 continue;
