@@ -943,11 +943,6 @@ fn encode_one(a: &Action, w: &mut Vec<u8>) {
     }
 }
 
-/// An action list in `ovs-actions(7)` syntax (`move:...,output:2`), `drop` when empty.
-pub fn format_actions(actions: &[Action]) -> String {
-    crate::text::actions::format_actions(actions)
-}
-
 /// Seeded generators of valid, canonically encoded actions (for the property tests).
 #[cfg(test)]
 pub(crate) mod gen {
@@ -1109,6 +1104,7 @@ mod codec_tests {
     use super::gen::actions as random_actions;
     use super::*;
     use crate::oxm::gen::{mutate, Rng};
+    use crate::text::actions::format_actions;
 
     fn dec(b: &[u8]) -> Result<Vec<Action>, DecodeError> {
         decode_actions(&mut Reader::new(b))

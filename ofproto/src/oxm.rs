@@ -890,14 +890,6 @@ impl Match {
     }
 }
 
-impl std::fmt::Display for Match {
-    /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
-    /// for the match-all. See [`crate::text::matches`] for the rules.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::text::matches::format_match(self, None))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -405,7 +405,7 @@ fn expect_line(xid: usize, flow: &Flow) -> String {
     let sep = if mtext.is_empty() { "" } else { " " };
     format!(
         "OFPT_FLOW_MOD (OF1.3) (xid={xid:#x}): ADD {mtext}{sep}actions={}",
-        ofproto::instruction::format_instructions(&flow.instructions)
+        ofproto::text::instructions::format_instructions(&flow.instructions)
     )
 }
 

@@ -544,7 +544,7 @@ fn format_actions(actions: &[Action]) -> String {
     if actions.is_empty() {
         "drop".into()
     } else {
-        crate::action::format_actions(actions)
+        crate::text::actions::format_actions(actions)
     }
 }
 
@@ -553,7 +553,7 @@ fn format_instructions(instructions: &[Instruction]) -> String {
     if instructions.is_empty() {
         "drop".into()
     } else {
-        crate::instruction::format_instructions(instructions)
+        crate::text::instructions::format_instructions(instructions)
     }
 }
 

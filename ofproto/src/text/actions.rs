@@ -255,3 +255,10 @@ pub fn format_actions(actions: &[Action]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+impl std::fmt::Display for Action {
+    /// The action in `ovs-actions(7)` syntax, as `ovs-ofctl` prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_action(self))
+    }
+}
