@@ -181,6 +181,32 @@ pub mod nat_flags {
     pub const PROTO_RANDOM: u16 = 1 << 4;
 }
 
+/// The OpenFlow 1.1 set actions (OFPAT 1-10), deprecated since OpenFlow 1.2 (which uses
+/// set_field) but still accepted by Open vSwitch in OpenFlow 1.3 and printed by their own names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LegacySet {
+    /// OFPAT_SET_VLAN_VID (1): `set_vlan_vid:N` (12 bits).
+    VlanVid(u16),
+    /// OFPAT_SET_VLAN_PCP (2): `set_vlan_pcp:N` (3 bits).
+    VlanPcp(u8),
+    /// OFPAT_SET_DL_SRC (3): `mod_dl_src:MAC`.
+    DlSrc([u8; 6]),
+    /// OFPAT_SET_DL_DST (4): `mod_dl_dst:MAC`.
+    DlDst([u8; 6]),
+    /// OFPAT_SET_NW_SRC (5): `mod_nw_src:IP`.
+    NwSrc(std::net::Ipv4Addr),
+    /// OFPAT_SET_NW_DST (6): `mod_nw_dst:IP`.
+    NwDst(std::net::Ipv4Addr),
+    /// OFPAT_SET_NW_TOS (7): `mod_nw_tos:N` (the DSCP bits of the TOS byte).
+    NwTos(u8),
+    /// OFPAT_SET_NW_ECN (8): `mod_nw_ecn:N` (2 bits).
+    NwEcn(u8),
+    /// OFPAT_SET_TP_SRC (9): `mod_tp_src:N`.
+    TpSrc(u16),
+    /// OFPAT_SET_TP_DST (10): `mod_tp_dst:N`.
+    TpDst(u16),
+}
+
 /// One action of an action list.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
@@ -271,6 +297,10 @@ pub enum Action {
     Bundle(Bundle),
     /// NXAST_CHECK_PKT_LARGER: `check_pkt_larger(LEN)->DST` (a one-bit destination).
     CheckPktLarger { pkt_len: u16, dst: FieldSlice },
+    /// OFPAT_SET_VLAN_VID .. OFPAT_SET_TP_DST (OpenFlow 1.1, deprecated).
+    Legacy(LegacySet),
+    /// NXAST_SET_TUNNEL (32-bit) / NXAST_SET_TUNNEL64: `set_tunnel:ID`, `set_tunnel64:ID`.
+    SetTunnel { tun_id: u64, wide: bool },
     /// NXAST_DECAP: `decap()` (packet_type 0xfffe, "use next protocol") or
     /// `decap(packet_type(ns=N,type=T))`.
     Decap { packet_type: u32 },
@@ -353,8 +383,12 @@ pub mod ofpat {
 pub mod nxast {
     /// `resubmit:PORT` (no table).
     pub const RESUBMIT: u16 = 1;
+    /// `set_tunnel:ID` (32 bits).
+    pub const SET_TUNNEL: u16 = 2;
     /// `pop_queue`.
     pub const POP_QUEUE: u16 = 5;
+    /// `set_tunnel64:ID`.
+    pub const SET_TUNNEL64: u16 = 9;
     /// `move`.
     pub const REG_MOVE: u16 = 6;
     /// `load`.
@@ -596,6 +630,8 @@ fn decode_one(raw: &[u8], depth: usize) -> Result<Action, DecodeError> {
             exact(8, "dec_nw_ttl")?;
             Action::DecNwTtl
         }
+        // The OpenFlow 1.1 set actions (openflow-1.1.h): 8 bytes, 16 for the MAC ones.
+        1..=10 => decode_legacy(ty, len, &mut r)?,
         // ofp_action_set_queue (§7.2.5.3): queue_id:32; 8 bytes.
         ofpat::SET_QUEUE => {
             exact(8, "set_queue")?;
@@ -854,6 +890,24 @@ fn decode_nicira(
                 .collect::<Result<Vec<_>, _>>()?;
             Action::DecTtlIds(ids)
         }
+        // nx_action_set_tunnel: pad[2] tun_id:32; 16 bytes.
+        nxast::SET_TUNNEL => {
+            exact(16, "set_tunnel")?;
+            r.skip(2, "set_tunnel pad")?;
+            Action::SetTunnel {
+                tun_id: r.u32("set_tunnel tun_id")? as u64,
+                wide: false,
+            }
+        }
+        // nx_action_set_tunnel64: pad[6] tun_id:64; 24 bytes.
+        nxast::SET_TUNNEL64 => {
+            exact(24, "set_tunnel64")?;
+            r.skip(6, "set_tunnel64 pad")?;
+            Action::SetTunnel {
+                tun_id: r.u64("set_tunnel64 tun_id")?,
+                wide: true,
+            }
+        }
         // nx_action_header: pad[6]; 16 bytes.
         nxast::POP_QUEUE => {
             exact(16, "pop_queue")?;
@@ -1014,6 +1068,56 @@ fn decode_nicira(
         }
         _ => Action::Unknown(raw.to_vec()),
     })
+}
+
+/// The OpenFlow 1.1 set actions, with Open vSwitch's argument checks (OFPBAC_BAD_ARGUMENT for
+/// bits outside the field).
+fn decode_legacy(ty: u16, len: usize, r: &mut Reader<'_>) -> Result<Action, DecodeError> {
+    let want = if ty == 3 || ty == 4 { 16 } else { 8 };
+    if len != want {
+        return Err(bad_len("set action", len));
+    }
+    let check = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(act_err(bad_action::BAD_ARGUMENT, what.to_string()))
+        }
+    };
+    let mut mac = || -> Result<[u8; 6], DecodeError> {
+        let mut m = [0u8; 6];
+        m.copy_from_slice(r.bytes(6, "set_dl mac")?);
+        Ok(m)
+    };
+    let set = match ty {
+        1 => {
+            let v = r.u16("set_vlan_vid")?;
+            check(v <= 0xfff, "set_vlan_vid: more than 12 bits")?;
+            LegacySet::VlanVid(v)
+        }
+        2 => {
+            let v = r.u8("set_vlan_pcp")?;
+            check(v <= 7, "set_vlan_pcp: more than 3 bits")?;
+            LegacySet::VlanPcp(v)
+        }
+        3 => LegacySet::DlSrc(mac()?),
+        4 => LegacySet::DlDst(mac()?),
+        5 => LegacySet::NwSrc(r.u32("set_nw_src")?.into()),
+        6 => LegacySet::NwDst(r.u32("set_nw_dst")?.into()),
+        7 => {
+            let v = r.u8("set_nw_tos")?;
+            check(v & 0x03 == 0, "set_nw_tos: ECN bits set")?;
+            LegacySet::NwTos(v)
+        }
+        8 => {
+            let v = r.u8("set_nw_ecn")?;
+            check(v <= 3, "set_nw_ecn: more than 2 bits")?;
+            LegacySet::NwEcn(v)
+        }
+        9 => LegacySet::TpSrc(r.u16("set_tp_src")?),
+        _ => LegacySet::TpDst(r.u16("set_tp_dst")?),
+    };
+    Ok(Action::Legacy(set))
 }
 
 /// The NXM header of `in_port` (NXM_OF_IN_PORT), the only member type of `bundle`.
@@ -1543,6 +1647,39 @@ fn encode_one(a: &Action, w: &mut Vec<u8>) {
             put_nx_header(&dst.header, w);
             finish(w, start);
         }
+        Action::Legacy(set) => {
+            let (ty, body): (u16, Vec<u8>) = match set {
+                LegacySet::VlanVid(v) => (1, v.to_be_bytes().to_vec()),
+                LegacySet::VlanPcp(v) => (2, vec![*v]),
+                LegacySet::DlSrc(m) => (3, m.to_vec()),
+                LegacySet::DlDst(m) => (4, m.to_vec()),
+                LegacySet::NwSrc(a) => (5, a.octets().to_vec()),
+                LegacySet::NwDst(a) => (6, a.octets().to_vec()),
+                LegacySet::NwTos(v) => (7, vec![*v]),
+                LegacySet::NwEcn(v) => (8, vec![*v]),
+                LegacySet::TpSrc(v) => (9, v.to_be_bytes().to_vec()),
+                LegacySet::TpDst(v) => (10, v.to_be_bytes().to_vec()),
+            };
+            w.put_u16(ty);
+            w.put_u16(0);
+            w.put_slice(&body);
+            if ty == 3 || ty == 4 {
+                w.put_zeros(6);
+            }
+            finish(w, start);
+        }
+        Action::SetTunnel { tun_id, wide } => {
+            if *wide {
+                nx_start(w, nxast::SET_TUNNEL64);
+                w.put_zeros(6);
+                w.put_u64(*tun_id);
+            } else {
+                nx_start(w, nxast::SET_TUNNEL);
+                w.put_zeros(2);
+                w.put_u32(*tun_id as u32);
+            }
+            finish(w, start);
+        }
         Action::Decap { packet_type } => {
             nx_start(w, nxast::DECAP);
             w.put_zeros(2);
@@ -1737,7 +1874,7 @@ pub(crate) mod gen {
                 }
             }
         };
-        match rng.below(17) {
+        match rng.below(19) {
             0 => {
                 let src = slice(rng, 64);
                 if src.header.experimenter.is_some() {
@@ -1821,6 +1958,29 @@ pub(crate) mod gen {
             14 => Action::Decap {
                 packet_type: rng.next() as u32,
             },
+            15 => Action::Legacy(match rng.below(10) {
+                0 => LegacySet::VlanVid(rng.below(0x1000) as u16),
+                1 => LegacySet::VlanPcp(rng.below(8) as u8),
+                2 => LegacySet::DlSrc([rng.next() as u8; 6]),
+                3 => LegacySet::DlDst([rng.next() as u8, 0, 1, 2, 3, rng.next() as u8]),
+                4 => LegacySet::NwSrc((rng.next() as u32).into()),
+                5 => LegacySet::NwDst((rng.next() as u32).into()),
+                6 => LegacySet::NwTos(rng.next() as u8 & 0xfc),
+                7 => LegacySet::NwEcn(rng.below(4) as u8),
+                8 => LegacySet::TpSrc(rng.next() as u16),
+                _ => LegacySet::TpDst(rng.next() as u16),
+            }),
+            16 => {
+                let wide = rng.coin();
+                Action::SetTunnel {
+                    tun_id: if wide {
+                        rng.next()
+                    } else {
+                        rng.next() as u32 as u64
+                    },
+                    wide,
+                }
+            }
             _ => Action::Controller {
                 max_len: rng.next() as u16,
                 controller_id: rng.next() as u16,

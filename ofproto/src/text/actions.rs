@@ -2,7 +2,9 @@
 
 use super::fields::{format_value, ovs_bits, slice_name, unknown_header};
 use super::{hash_x, hex_dotted, port16, port32};
-use crate::action::{port, Action, Bundle, Ct, FieldSlice, Multipath, Nat, NatAddr, Sample};
+use crate::action::{
+    port, Action, Bundle, Ct, FieldSlice, LegacySet, Multipath, Nat, NatAddr, Sample,
+};
 use std::fmt::Write;
 
 /// `mf_format_subfield`: `NAME[]` for the whole field, `NAME[i]` for one bit, else
@@ -216,6 +218,29 @@ pub fn format_action(a: &Action) -> String {
         Action::Bundle(b) => s = format_bundle(b),
         Action::CheckPktLarger { pkt_len, dst } => {
             let _ = write!(s, "check_pkt_larger({pkt_len})->{}", format_slice(dst));
+        }
+        Action::Legacy(set) => {
+            let _ = match set {
+                LegacySet::VlanVid(v) => write!(s, "set_vlan_vid:{v}"),
+                LegacySet::VlanPcp(v) => write!(s, "set_vlan_pcp:{v}"),
+                LegacySet::DlSrc(m) => write!(s, "mod_dl_src:{}", super::eth(m)),
+                LegacySet::DlDst(m) => write!(s, "mod_dl_dst:{}", super::eth(m)),
+                LegacySet::NwSrc(a) => write!(s, "mod_nw_src:{a}"),
+                LegacySet::NwDst(a) => write!(s, "mod_nw_dst:{a}"),
+                LegacySet::NwTos(v) => write!(s, "mod_nw_tos:{v}"),
+                LegacySet::NwEcn(v) => write!(s, "mod_nw_ecn:{v}"),
+                LegacySet::TpSrc(v) => write!(s, "mod_tp_src:{v}"),
+                LegacySet::TpDst(v) => write!(s, "mod_tp_dst:{v}"),
+            };
+        }
+        Action::SetTunnel { tun_id, wide } => {
+            // format_SET_TUNNEL: `%#x`, so zero is `0`.
+            let w = if *wide || *tun_id > u32::MAX as u64 {
+                "64"
+            } else {
+                ""
+            };
+            let _ = write!(s, "set_tunnel{w}:{}", hash_x(*tun_id as u128));
         }
         Action::Decap { packet_type } => {
             // PT_USE_NEXT_PROTO (namespace 0, type 0xfffe) is the default.
