@@ -497,3 +497,78 @@ fn wire_forms_other_writers_use_decode_and_print_like_ovs() {
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
+
+/// Action bytes Open vSwitch's decoder refuses are refused by flowmesh with the same error.
+#[test]
+fn actions_ovs_refuses_are_refused_with_the_same_error() {
+    use ofproto::{Action, FlowMod, Match};
+    let ip = || Match::new().eth_type(0x0800);
+    let cases: Vec<(&str, Match, &str, &str, (u16, u16))> = vec![
+        (
+            "sample with probability 0",
+            Match::new(),
+            "ffff0018 00002320 001d 0000 00000001 00000002 00000003",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+        (
+            "sample3 with direction 3",
+            Match::new(),
+            "ffff0020 00002320 0029 0064 00000001 00000002 00000003 ffff 03 0000000000",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+        (
+            "dec_ttl(ids) with more ids than bytes",
+            ip(),
+            "ffff0010 00002320 0015 0001 00000000",
+            "OFPBAC_BAD_LEN",
+            (2, 1),
+        ),
+        (
+            "nat with a port range and no address",
+            ip(),
+            "ffff0030 00002320 0023 0001 00000000 0000 ff 000000 0000 \
+             ffff0018 00002320 0024 0000 0001 0010 0050 000000000000",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+        (
+            "nat with src and dst",
+            ip(),
+            "ffff0030 00002320 0023 0001 00000000 0000 ff 000000 0000 \
+             ffff0018 00002320 0024 0000 0003 0001 0a000001 00000000",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+        (
+            "nat with an IPv4 maximum below the minimum",
+            ip(),
+            "ffff0030 00002320 0023 0001 00000000 0000 ff 000000 0000 \
+             ffff0018 00002320 0024 0000 0001 0003 0a000009 0a000001",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+        (
+            "set_vlan_vid beyond 12 bits",
+            Match::new().with_u64(ofproto::Field::VlanVid, 0x1005),
+            "00010008 1005 0000",
+            "OFPBAC_BAD_ARGUMENT",
+            (2, 5),
+        ),
+    ];
+    for (i, (what, m, hex, ovs_err, code)) in cases.into_iter().enumerate() {
+        let raw = ofproto::parse_hex(&hex.replace([' ', '\\', '\n'], "")).expect("case hex");
+        let flow = Flow::new(0, 0x8000, m).apply(vec![Action::Unknown(raw)]);
+        let bytes = Message::FlowMod(FlowMod::add(flow)).encode(i as u32 + 1);
+        let theirs = ovs_print(&bytes);
+        assert!(
+            theirs.contains(&format!("***decode error: {ovs_err}***")),
+            "{what}: OVS should refuse with {ovs_err}:\n{theirs}"
+        );
+        let e = ofproto::decode_message(&bytes)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: flowmesh decodes what OVS refuses"));
+        assert_eq!(e.ofp_error(), code, "{what}: {e}");
+    }
+}
