@@ -503,7 +503,9 @@ fn wire_forms_other_writers_use_decode_and_print_like_ovs() {
 fn actions_ovs_refuses_are_refused_with_the_same_error() {
     use ofproto::{Action, FlowMod, Match};
     let ip = || Match::new().eth_type(0x0800);
-    let cases: Vec<(&str, Match, &str, &str, (u16, u16))> = vec![
+    /// (what, match, action hex, OVS's error name, flowmesh's (type, code)).
+    type Case = (&'static str, Match, &'static str, &'static str, (u16, u16));
+    let cases: Vec<Case> = vec![
         (
             "sample with probability 0",
             Match::new(),
