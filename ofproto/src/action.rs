@@ -181,6 +181,59 @@ pub mod nat_flags {
     pub const PROTO_RANDOM: u16 = 1 << 4;
 }
 
+/// `learn(...)` (NXAST_LEARN, `nx_action_learn`): a flow template added to `table_id` when a
+/// packet executes the action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Learn {
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    pub priority: u16,
+    pub cookie: u64,
+    /// NX_LEARN_F_SEND_FLOW_REM (1), NX_LEARN_F_DELETE_LEARNED (2).
+    pub flags: u16,
+    pub table_id: u8,
+    pub fin_idle_timeout: u16,
+    pub fin_hard_timeout: u16,
+    pub specs: Vec<LearnSpec>,
+}
+
+/// One `learn` flow-mod spec: where `n_bits` bits come from and what they become.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LearnSpec {
+    pub src: LearnSrc,
+    pub dst: LearnDst,
+}
+
+/// The source of a learn spec.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LearnSrc {
+    /// Bits of a field of the packet.
+    Field(FieldSlice),
+    /// An immediate value of `n_bits` bits (big-endian, 16-bit units as on the wire).
+    Immediate { n_bits: u16, value: Vec<u8> },
+}
+
+/// The destination of a learn spec.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LearnDst {
+    /// A match field of the learned flow.
+    Match(FieldSlice),
+    /// A `load` action of the learned flow.
+    Load(FieldSlice),
+    /// An `output` action of the learned flow (the source is the port).
+    Output,
+}
+
+impl LearnSpec {
+    /// Width of the spec in bits.
+    pub fn n_bits(&self) -> u16 {
+        match &self.src {
+            LearnSrc::Field(sf) => sf.n_bits,
+            LearnSrc::Immediate { n_bits, .. } => *n_bits,
+        }
+    }
+}
+
 /// The OpenFlow 1.1 set actions (OFPAT 1-10), deprecated since OpenFlow 1.2 (which uses
 /// set_field) but still accepted by Open vSwitch in OpenFlow 1.3 and printed by their own names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -297,6 +350,8 @@ pub enum Action {
     Bundle(Bundle),
     /// NXAST_CHECK_PKT_LARGER: `check_pkt_larger(LEN)->DST` (a one-bit destination).
     CheckPktLarger { pkt_len: u16, dst: FieldSlice },
+    /// NXAST_LEARN: `learn(...)`.
+    Learn(Learn),
     /// OFPAT_SET_VLAN_VID .. OFPAT_SET_TP_DST (OpenFlow 1.1, deprecated).
     Legacy(LegacySet),
     /// NXAST_SET_TUNNEL (32-bit) / NXAST_SET_TUNNEL64: `set_tunnel:ID`, `set_tunnel64:ID`.
@@ -407,6 +462,8 @@ pub mod nxast {
     pub const OUTPUT_REG: u16 = 15;
     /// `exit`.
     pub const EXIT: u16 = 17;
+    /// `learn(...)`.
+    pub const LEARN: u16 = 16;
     /// `dec_ttl`.
     pub const DEC_TTL: u16 = 18;
     /// `fin_timeout(...)`.
@@ -890,6 +947,7 @@ fn decode_nicira(
                 .collect::<Result<Vec<_>, _>>()?;
             Action::DecTtlIds(ids)
         }
+        nxast::LEARN => decode_learn(len, r, raw)?,
         // nx_action_set_tunnel: pad[2] tun_id:32; 16 bytes.
         nxast::SET_TUNNEL => {
             exact(16, "set_tunnel")?;
@@ -1068,6 +1126,103 @@ fn decode_nicira(
         }
         _ => Action::Unknown(raw.to_vec()),
     })
+}
+
+/// nx_action_learn: idle_timeout:16 hard_timeout:16 priority:16 cookie:64 flags:16
+/// table_id:8 pad:8 fin_idle_timeout:16 fin_hard_timeout:16 (32 bytes with the header), then
+/// specs, each `header:16` (src_type bit 13, dst_type bits 11-12, n_bits bits 0-9), the source
+/// (field header:32 ofs:16, or the immediate in 16-bit units) and the destination (field
+/// header:32 ofs:16 for match and load, nothing for output), then zeros to the action's end.
+/// Specs naming a field flowmesh does not know keep the whole action as bytes.
+fn decode_learn(len: usize, r: &mut Reader<'_>, raw: &[u8]) -> Result<Action, DecodeError> {
+    if len < 32 {
+        return Err(bad_len("learn", len));
+    }
+    let bad = |what: String| Err(act_err(bad_action::BAD_ARGUMENT, format!("learn: {what}")));
+    let idle_timeout = r.u16("learn idle_timeout")?;
+    let hard_timeout = r.u16("learn hard_timeout")?;
+    let priority = r.u16("learn priority")?;
+    let cookie = r.u64("learn cookie")?;
+    let flags = r.u16("learn flags")?;
+    let table_id = r.u8("learn table_id")?;
+    r.skip(1, "learn pad")?;
+    let fin_idle_timeout = r.u16("learn fin_idle_timeout")?;
+    let fin_hard_timeout = r.u16("learn fin_hard_timeout")?;
+    if flags & !3 != 0 {
+        return bad(format!("flags {flags:#x}"));
+    }
+    if table_id == 0xff {
+        return bad("table 255".into());
+    }
+    let known = |h: &OxmHeader| h.known().is_some() || crate::oxm::wide_register(h).is_some();
+    let mut specs = Vec::new();
+    while r.remaining() >= 2 {
+        let header = r.u16("learn spec header")?;
+        if header == 0 {
+            break;
+        }
+        let n_bits = header & 0x3ff;
+        let src_imm = header & 0x2000 != 0;
+        let dst_type = (header >> 11) & 3;
+        if dst_type == 3 || (dst_type == 2 && src_imm) || header & 0xc000 != 0 || n_bits == 0 {
+            return bad(format!("spec header {header:#06x}"));
+        }
+        let src = if src_imm {
+            let n = (n_bits as usize).div_ceil(16) * 2;
+            LearnSrc::Immediate {
+                n_bits,
+                value: r.bytes(n, "learn immediate")?.to_vec(),
+            }
+        } else {
+            let h = header32(r.u32("learn src")?);
+            let ofs = r.u16("learn src ofs")?;
+            if !known(&h) {
+                return Ok(Action::Unknown(raw.to_vec()));
+            }
+            let sf = FieldSlice {
+                header: h,
+                ofs,
+                n_bits,
+            };
+            check_slice(&sf, "learn source")?;
+            LearnSrc::Field(sf)
+        };
+        let dst = if dst_type == 2 {
+            LearnDst::Output
+        } else {
+            let h = header32(r.u32("learn dst")?);
+            let ofs = r.u16("learn dst ofs")?;
+            if !known(&h) {
+                return Ok(Action::Unknown(raw.to_vec()));
+            }
+            let sf = FieldSlice {
+                header: h,
+                ofs,
+                n_bits,
+            };
+            check_slice(&sf, "learn destination")?;
+            if dst_type == 0 {
+                LearnDst::Match(sf)
+            } else {
+                LearnDst::Load(sf)
+            }
+        };
+        specs.push(LearnSpec { src, dst });
+    }
+    if r.rest().iter().any(|&b| b != 0) {
+        return bad("nonzero bytes after the last spec".into());
+    }
+    Ok(Action::Learn(Learn {
+        idle_timeout,
+        hard_timeout,
+        priority,
+        cookie,
+        flags,
+        table_id,
+        fin_idle_timeout,
+        fin_hard_timeout,
+        specs,
+    }))
 }
 
 /// The OpenFlow 1.1 set actions, with Open vSwitch's argument checks (OFPBAC_BAD_ARGUMENT for
@@ -1647,6 +1802,43 @@ fn encode_one(a: &Action, w: &mut Vec<u8>) {
             put_nx_header(&dst.header, w);
             finish(w, start);
         }
+        Action::Learn(l) => {
+            nx_start(w, nxast::LEARN);
+            w.put_u16(l.idle_timeout);
+            w.put_u16(l.hard_timeout);
+            w.put_u16(l.priority);
+            w.put_u64(l.cookie);
+            w.put_u16(l.flags);
+            w.put_u8(l.table_id);
+            w.put_u8(0);
+            w.put_u16(l.fin_idle_timeout);
+            w.put_u16(l.fin_hard_timeout);
+            for spec in &l.specs {
+                let src_bit = if matches!(spec.src, LearnSrc::Immediate { .. }) {
+                    0x2000
+                } else {
+                    0
+                };
+                let dst_bits = match spec.dst {
+                    LearnDst::Match(_) => 0,
+                    LearnDst::Load(_) => 1 << 11,
+                    LearnDst::Output => 2 << 11,
+                };
+                w.put_u16(src_bit | dst_bits | (spec.n_bits() & 0x3ff));
+                match &spec.src {
+                    LearnSrc::Field(sf) => {
+                        put_header32(&sf.header, w);
+                        w.put_u16(sf.ofs);
+                    }
+                    LearnSrc::Immediate { value, .. } => w.put_slice(value),
+                }
+                if let LearnDst::Match(sf) | LearnDst::Load(sf) = &spec.dst {
+                    put_header32(&sf.header, w);
+                    w.put_u16(sf.ofs);
+                }
+            }
+            finish(w, start);
+        }
         Action::Legacy(set) => {
             let (ty, body): (u16, Vec<u8>) = match set {
                 LegacySet::VlanVid(v) => (1, v.to_be_bytes().to_vec()),
@@ -1874,7 +2066,7 @@ pub(crate) mod gen {
                 }
             }
         };
-        match rng.below(19) {
+        match rng.below(20) {
             0 => {
                 let src = slice(rng, 64);
                 if src.header.experimenter.is_some() {
@@ -1970,6 +2162,46 @@ pub(crate) mod gen {
                 8 => LegacySet::TpSrc(rng.next() as u16),
                 _ => LegacySet::TpDst(rng.next() as u16),
             }),
+            17 => {
+                let n = rng.below(4) as usize;
+                let specs = (0..n)
+                    .map(|_| {
+                        let dst_sf = slice_ok(rng, 64);
+                        let n_bits = dst_sf.n_bits;
+                        let src = if rng.coin() {
+                            let mut src = slice_ok(rng, 64);
+                            while src.n_bits < n_bits {
+                                src = slice_ok(rng, 64);
+                            }
+                            src.n_bits = n_bits;
+                            LearnSrc::Field(src)
+                        } else {
+                            let bytes = (n_bits as usize).div_ceil(16) * 2;
+                            LearnSrc::Immediate {
+                                n_bits,
+                                value: rng.bytes(bytes),
+                            }
+                        };
+                        let dst = match (rng.below(3), &src) {
+                            (0, LearnSrc::Field(_)) => LearnDst::Output,
+                            (1, _) => LearnDst::Load(dst_sf),
+                            _ => LearnDst::Match(dst_sf),
+                        };
+                        LearnSpec { src, dst }
+                    })
+                    .collect();
+                Action::Learn(Learn {
+                    idle_timeout: rng.next() as u16,
+                    hard_timeout: rng.next() as u16,
+                    priority: rng.next() as u16,
+                    cookie: rng.next(),
+                    flags: rng.below(4) as u16,
+                    table_id: rng.below(255) as u8,
+                    fin_idle_timeout: rng.next() as u16,
+                    fin_hard_timeout: rng.next() as u16,
+                    specs,
+                })
+            }
             16 => {
                 let wide = rng.coin();
                 Action::SetTunnel {

@@ -3,7 +3,8 @@
 use super::fields::{format_value, ovs_bits, slice_name, unknown_header};
 use super::{hash_x, hex_dotted, port16, port32};
 use crate::action::{
-    port, Action, Bundle, Ct, FieldSlice, LegacySet, Multipath, Nat, NatAddr, Sample,
+    port, Action, Bundle, Ct, FieldSlice, Learn, LearnDst, LearnSrc, LegacySet, Multipath, Nat,
+    NatAddr, Sample,
 };
 use std::fmt::Write;
 
@@ -219,6 +220,7 @@ pub fn format_action(a: &Action) -> String {
         Action::CheckPktLarger { pkt_len, dst } => {
             let _ = write!(s, "check_pkt_larger({pkt_len})->{}", format_slice(dst));
         }
+        Action::Learn(l) => s = format_learn(l),
         Action::Legacy(set) => {
             let _ = match set {
                 LegacySet::VlanVid(v) => write!(s, "set_vlan_vid:{v}"),
@@ -361,6 +363,81 @@ fn format_nat(nat: &Nat) -> String {
         }
         s.push(')');
     }
+    s
+}
+
+/// `learn_format`.
+fn format_learn(l: &Learn) -> String {
+    let mut s = format!("learn(table={}", l.table_id);
+    if l.idle_timeout != 0 {
+        let _ = write!(s, ",idle_timeout={}", l.idle_timeout);
+    }
+    if l.hard_timeout != 0 {
+        let _ = write!(s, ",hard_timeout={}", l.hard_timeout);
+    }
+    if l.fin_idle_timeout != 0 {
+        let _ = write!(s, ",fin_idle_timeout={}", l.fin_idle_timeout);
+    }
+    if l.fin_hard_timeout != 0 {
+        let _ = write!(s, ",fin_hard_timeout={}", l.fin_hard_timeout);
+    }
+    if l.priority != 0x8000 {
+        let _ = write!(s, ",priority={}", l.priority);
+    }
+    if l.flags & 1 != 0 {
+        s.push_str(",send_flow_rem");
+    }
+    if l.flags & 2 != 0 {
+        s.push_str(",delete_learned");
+    }
+    if l.cookie != 0 {
+        let _ = write!(s, ",cookie={}", hash_x(l.cookie as u128));
+    }
+    let same_field = |a: &FieldSlice, b: &FieldSlice| match (a.header.known(), b.header.known()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.header == b.header,
+    };
+    for spec in &l.specs {
+        s.push(',');
+        match (&spec.src, &spec.dst) {
+            (LearnSrc::Immediate { value, .. }, LearnDst::Match(dst)) => {
+                let field = dst.header.known();
+                match field.filter(|f| dst.ofs == 0 && dst.n_bits == ovs_bits(*f)) {
+                    Some(f) => {
+                        // The immediate's low bits, as a value of the field's width.
+                        let n = f.len();
+                        let mut v = vec![0u8; n];
+                        let take = n.min(value.len());
+                        v[n - take..].copy_from_slice(&value[value.len() - take..]);
+                        let _ = write!(s, "{}={}", f.name(), format_value(f, &v, None));
+                    }
+                    None => {
+                        let _ = write!(s, "{}=", format_slice(dst));
+                        super::put_hex(&mut s, value);
+                    }
+                }
+            }
+            (LearnSrc::Field(src), LearnDst::Match(dst)) => {
+                s.push_str(&format_slice(dst));
+                if !same_field(src, dst) || src.ofs != dst.ofs {
+                    let _ = write!(s, "={}", format_slice(src));
+                }
+            }
+            (LearnSrc::Immediate { value, .. }, LearnDst::Load(dst)) => {
+                s.push_str("load:");
+                super::put_hex(&mut s, value);
+                let _ = write!(s, "->{}", format_slice(dst));
+            }
+            (LearnSrc::Field(src), LearnDst::Load(dst)) => {
+                let _ = write!(s, "load:{}->{}", format_slice(src), format_slice(dst));
+            }
+            (LearnSrc::Field(src), LearnDst::Output) => {
+                let _ = write!(s, "output:{}", format_slice(src));
+            }
+            (LearnSrc::Immediate { .. }, LearnDst::Output) => {}
+        }
+    }
+    s.push(')');
     s
 }
 
