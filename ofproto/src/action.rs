@@ -194,6 +194,13 @@ pub struct Learn {
     pub table_id: u8,
     pub fin_idle_timeout: u16,
     pub fin_hard_timeout: u16,
+    /// NXAST_LEARN2 only: maximum number of learned flows (0: no limit).
+    pub limit: u32,
+    /// NXAST_LEARN2 only: the bit set to whether the flow was learned
+    /// (NX_LEARN_F_WRITE_RESULT, flag 4, is set exactly when this is).
+    pub result_dst: Option<FieldSlice>,
+    /// Encoded as NXAST_LEARN2 (forced when `limit` or `result_dst` is set).
+    pub learn2: bool,
     pub specs: Vec<LearnSpec>,
 }
 
@@ -464,6 +471,8 @@ pub mod nxast {
     pub const EXIT: u16 = 17;
     /// `learn(...)`.
     pub const LEARN: u16 = 16;
+    /// `learn(...,limit=..,result_dst=..)`.
+    pub const LEARN2: u16 = 45;
     /// `dec_ttl`.
     pub const DEC_TTL: u16 = 18;
     /// `fin_timeout(...)`.
@@ -947,7 +956,7 @@ fn decode_nicira(
                 .collect::<Result<Vec<_>, _>>()?;
             Action::DecTtlIds(ids)
         }
-        nxast::LEARN => decode_learn(len, r, raw)?,
+        nxast::LEARN | nxast::LEARN2 => decode_learn(subtype == nxast::LEARN2, len, r, raw)?,
         // nx_action_set_tunnel: pad[2] tun_id:32; 16 bytes.
         nxast::SET_TUNNEL => {
             exact(16, "set_tunnel")?;
@@ -1134,8 +1143,13 @@ fn decode_nicira(
 /// (field header:32 ofs:16, or the immediate in 16-bit units) and the destination (field
 /// header:32 ofs:16 for match and load, nothing for output), then zeros to the action's end.
 /// Specs naming a field flowmesh does not know keep the whole action as bytes.
-fn decode_learn(len: usize, r: &mut Reader<'_>, raw: &[u8]) -> Result<Action, DecodeError> {
-    if len < 32 {
+fn decode_learn(
+    learn2: bool,
+    len: usize,
+    r: &mut Reader<'_>,
+    raw: &[u8],
+) -> Result<Action, DecodeError> {
+    if len < if learn2 { 40 } else { 32 } {
         return Err(bad_len("learn", len));
     }
     let bad = |what: String| Err(act_err(bad_action::BAD_ARGUMENT, format!("learn: {what}")));
@@ -1148,13 +1162,35 @@ fn decode_learn(len: usize, r: &mut Reader<'_>, raw: &[u8]) -> Result<Action, De
     r.skip(1, "learn pad")?;
     let fin_idle_timeout = r.u16("learn fin_idle_timeout")?;
     let fin_hard_timeout = r.u16("learn fin_hard_timeout")?;
-    if flags & !3 != 0 {
+    // NX_LEARN_F_WRITE_RESULT (4) exists only in NXAST_LEARN2.
+    if flags & !(if learn2 { 7 } else { 3 }) != 0 {
         return bad(format!("flags {flags:#x}"));
     }
     if table_id == 0xff {
         return bad("table 255".into());
     }
     let known = |h: &OxmHeader| h.known().is_some() || crate::oxm::wide_register(h).is_some();
+    // nx_action_learn2: limit:32 result_dst_ofs:16 pad[2], then the result field's header
+    // when NX_LEARN_F_WRITE_RESULT is set.
+    let (mut limit, mut result_dst) = (0, None);
+    if learn2 {
+        limit = r.u32("learn2 limit")?;
+        let ofs = r.u16("learn2 result_dst_ofs")?;
+        r.skip(2, "learn2 pad")?;
+        if flags & 4 != 0 {
+            let h = header32(r.u32("learn2 result_dst")?);
+            if !known(&h) {
+                return Ok(Action::Unknown(raw.to_vec()));
+            }
+            let sf = FieldSlice {
+                header: h,
+                ofs,
+                n_bits: 1,
+            };
+            check_slice(&sf, "learn result_dst")?;
+            result_dst = Some(sf);
+        }
+    }
     let mut specs = Vec::new();
     while r.remaining() >= 2 {
         let header = r.u16("learn spec header")?;
@@ -1221,6 +1257,9 @@ fn decode_learn(len: usize, r: &mut Reader<'_>, raw: &[u8]) -> Result<Action, De
         table_id,
         fin_idle_timeout,
         fin_hard_timeout,
+        limit,
+        result_dst,
+        learn2,
         specs,
     }))
 }
@@ -1803,16 +1842,26 @@ fn encode_one(a: &Action, w: &mut Vec<u8>) {
             finish(w, start);
         }
         Action::Learn(l) => {
-            nx_start(w, nxast::LEARN);
+            let learn2 = l.learn2 || l.limit != 0 || l.result_dst.is_some();
+            nx_start(w, if learn2 { nxast::LEARN2 } else { nxast::LEARN });
             w.put_u16(l.idle_timeout);
             w.put_u16(l.hard_timeout);
             w.put_u16(l.priority);
             w.put_u64(l.cookie);
-            w.put_u16(l.flags);
+            let write_result = if l.result_dst.is_some() { 4 } else { 0 };
+            w.put_u16(l.flags & !4 | write_result);
             w.put_u8(l.table_id);
             w.put_u8(0);
             w.put_u16(l.fin_idle_timeout);
             w.put_u16(l.fin_hard_timeout);
+            if learn2 {
+                w.put_u32(l.limit);
+                w.put_u16(l.result_dst.map_or(0, |sf| sf.ofs));
+                w.put_u16(0);
+                if let Some(sf) = &l.result_dst {
+                    put_header32(&sf.header, w);
+                }
+            }
             for spec in &l.specs {
                 let src_bit = if matches!(spec.src, LearnSrc::Immediate { .. }) {
                     0x2000
@@ -2190,15 +2239,24 @@ pub(crate) mod gen {
                         LearnSpec { src, dst }
                     })
                     .collect();
+                let limit = if rng.coin() { rng.next() as u32 } else { 0 };
+                let result_dst = rng.coin().then(|| {
+                    let mut sf = slice_ok(rng, 1);
+                    sf.n_bits = 1;
+                    sf
+                });
                 Action::Learn(Learn {
                     idle_timeout: rng.next() as u16,
                     hard_timeout: rng.next() as u16,
                     priority: rng.next() as u16,
                     cookie: rng.next(),
-                    flags: rng.below(4) as u16,
+                    flags: rng.below(4) as u16 | if result_dst.is_some() { 4 } else { 0 },
                     table_id: rng.below(255) as u8,
                     fin_idle_timeout: rng.next() as u16,
                     fin_hard_timeout: rng.next() as u16,
+                    limit,
+                    learn2: limit != 0 || result_dst.is_some() || rng.coin(),
+                    result_dst,
                     specs,
                 })
             }

@@ -393,6 +393,12 @@ fn format_learn(l: &Learn) -> String {
     if l.cookie != 0 {
         let _ = write!(s, ",cookie={}", hash_x(l.cookie as u128));
     }
+    if l.limit != 0 {
+        let _ = write!(s, ",limit={}", l.limit);
+    }
+    if let Some(dst) = &l.result_dst {
+        let _ = write!(s, ",result_dst={}", format_slice(dst));
+    }
     let same_field = |a: &FieldSlice, b: &FieldSlice| match (a.header.known(), b.header.known()) {
         (Some(x), Some(y)) => x == y,
         _ => a.header == b.header,
