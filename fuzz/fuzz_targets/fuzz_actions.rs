@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ofproto::action::{decode_actions, encode_actions, format_actions};
+use ofproto::action::{decode_actions, encode_actions};
+use ofproto::text::actions::format_actions;
 use ofproto::wire::Reader;
 
 fuzz_target!(|data: &[u8]| {

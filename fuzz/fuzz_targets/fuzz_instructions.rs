@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ofproto::instruction::{decode_instructions, encode_instructions, format_instructions};
+use ofproto::instruction::{decode_instructions, encode_instructions};
+use ofproto::text::instructions::format_instructions;
 use ofproto::wire::Reader;
 
 fuzz_target!(|data: &[u8]| {

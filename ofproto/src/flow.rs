@@ -222,14 +222,3 @@ pub struct GroupMod {
     /// The group.
     pub group: Group,
 }
-
-impl std::fmt::Display for Flow {
-    /// The flow as one line of `ovs-ofctl -O OpenFlow13 dump-flows --no-stats`, without the
-    /// leading space ovs-ofctl indents it by: `cookie=0x5, table=20, priority=100,ip,nw_src=...
-    /// actions=...`. `cookie=`, `table=`, the timeouts and `priority=` are left out at their
-    /// defaults (0, 0, 0 and 32768) exactly as Open vSwitch 3.1 does; see
-    /// [`crate::text::flow`] for the full form.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::text::flow::format_flow(self))
-    }
-}

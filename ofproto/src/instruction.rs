@@ -234,17 +234,12 @@ pub fn encode_instructions(instructions: &[Instruction], w: &mut Vec<u8>) {
     }
 }
 
-/// Instructions as `ovs-ofctl` prints them after `actions=` (`set_field:..,goto_table:30`,
-/// `drop` when empty). See [`crate::text::instructions`].
-pub fn format_instructions(instructions: &[Instruction]) -> String {
-    crate::text::instructions::format_instructions(instructions)
-}
-
 #[cfg(test)]
 mod codec_tests {
     use super::*;
     use crate::action::gen::actions as random_actions;
     use crate::oxm::gen::{mutate, Rng};
+    use crate::text::instructions::format_instructions;
 
     fn dec(b: &[u8]) -> Result<Vec<Instruction>, DecodeError> {
         decode_instructions(&mut Reader::new(b))

@@ -60,6 +60,18 @@ impl OxmHeader {
     }
 }
 
+/// Registers Open vSwitch overlays on reg0..reg15 that flowmesh knows only as the fields of
+/// move/load/output/check_pkt_larger slices (not as match fields): `xreg0..7`
+/// (`OXM_OF_PKT_REG<n>`, class 0x8001, 64 bits) and `xxreg0..3` (`NXM_NX_XXREG<n>`, NXM class 1
+/// fields 111..114, 128 bits). Returns (slice name, width in bytes).
+pub fn wide_register(h: &OxmHeader) -> Option<(String, usize)> {
+    match (h.class, h.field, h.experimenter) {
+        (0x8001, n @ 0..=7, None) => Some((format!("OXM_OF_PKT_REG{n}"), 8)),
+        (OXM_CLASS_NXM1, n @ 111..=114, None) => Some((format!("NXM_NX_XXREG{}", n - 111), 16)),
+        _ => None,
+    }
+}
+
 /// Every match field flowmesh knows by name. Each maps to one entry of [`FIELDS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Field {
@@ -887,14 +899,6 @@ impl Match {
             .map(|f| f.header.wire_len() + f.value.len() + f.mask.as_ref().map_or(0, |m| m.len()))
             .sum::<usize>();
         raw.div_ceil(8) * 8
-    }
-}
-
-impl std::fmt::Display for Match {
-    /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
-    /// for the match-all. See [`crate::text::matches`] for the rules.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::text::matches::format_match(self, None))
     }
 }
 

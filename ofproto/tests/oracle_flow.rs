@@ -4,7 +4,7 @@
 
 mod oracle_flow_common;
 
-use ofproto::action::{ct_flags, nat_flags, port, Ct, Nat};
+use ofproto::action::{ct_flags, nat_flags, port, Ct, Nat, NatAddr};
 use ofproto::oxm::{ipv4_field, FieldBytes, OxmHeader};
 use ofproto::{Action, Field, FieldSlice, Flow, Instruction, Match, MatchField};
 use oracle_flow_common::{flow_mod_add, ofp_parse_batch, parse_flow_mod};
@@ -405,7 +405,7 @@ fn expect_line(xid: usize, flow: &Flow) -> String {
     let sep = if mtext.is_empty() { "" } else { " " };
     format!(
         "OFPT_FLOW_MOD (OF1.3) (xid={xid:#x}): ADD {mtext}{sep}actions={}",
-        ofproto::instruction::format_instructions(&flow.instructions)
+        ofproto::text::instructions::format_instructions(&flow.instructions)
     )
 }
 
@@ -471,8 +471,11 @@ fn action_cases() -> Vec<(&'static str, Match, Vec<Action>)> {
     let nat = |flags: u16, r: Option<(&str, &str)>, p: Option<(u16, u16)>| {
         Action::Nat(Nat {
             flags,
-            ipv4_range: r.map(|(a, b)| (a.parse().expect("ip"), b.parse().expect("ip"))),
-            port_range: p,
+            addr: r.map(|(a, b)| {
+                let (a, b): (Ipv4Addr, Ipv4Addr) = (a.parse().expect("ip"), b.parse().expect("ip"));
+                NatAddr::V4(a, (a != b).then_some(b))
+            }),
+            ports: p.map(|(a, b)| (a, (a != b).then_some(b))),
         })
     };
     let ctrl = |max_len: u16, id: u16, reason: u8, ud: &[u8], pause: bool| Action::Controller {
@@ -481,6 +484,8 @@ fn action_cases() -> Vec<(&'static str, Match, Vec<Action>)> {
         reason,
         userdata: ud.to_vec(),
         pause,
+        meter_id: None,
+        extended: pause || !ud.is_empty(),
     };
     vec![
         ("drop", m(vec![]), vec![]),

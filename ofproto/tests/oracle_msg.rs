@@ -507,3 +507,61 @@ fn unknown_messages_are_kept_and_ovs_agrees_they_are_messages() {
     let hdr = MessageHeader::parse(&bytes).expect("header");
     assert_eq!(hdr.msg_type, 16);
 }
+
+/// Fields OVS prints with C's `%#x` print a zero as `0`, not `0x0` (`bundle_id=0`,
+/// `max_groups=0`); fields it prints as `0x%x` keep `0x0` (`Types:  0x0`, `xid=0x0`).
+#[test]
+fn zero_in_alternate_hex_form_matches_ovs() {
+    use BundleCtrlType::*;
+    for (i, t) in [
+        OpenRequest,
+        OpenReply,
+        CloseRequest,
+        CloseReply,
+        CommitRequest,
+        CommitReply,
+        DiscardRequest,
+        DiscardReply,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let m = Message::BundleControl(BundleControl::new(0, t, i as u16 & 3));
+        check(&format!("bundle {t:?} id 0"), &m, 0, Expect::Identical);
+    }
+    for inner in [
+        Message::BarrierRequest,
+        Message::FlowMod(ofproto::FlowMod::add(ofproto::Flow::new(
+            0,
+            0x8000,
+            ofproto::Match::new(),
+        ))),
+    ] {
+        let m = Message::BundleAdd(BundleAdd::new(0, 0, inner));
+        check("bundle add id 0", &m, 0, Expect::Identical);
+    }
+    let rep =
+        |g| Message::MultipartReply(MultipartReply::new(MultipartReplyBody::GroupFeatures(g)));
+    for (what, g) in [
+        (
+            "group features, all zero",
+            GroupFeatures {
+                types: 0,
+                capabilities: 0,
+                max_groups: [0; 4],
+                actions: [0; 4],
+            },
+        ),
+        (
+            "group features, zero max_groups",
+            GroupFeatures {
+                types: 0xf,
+                capabilities: 0xf,
+                max_groups: [0, 1, 0xffff_ff00, 0],
+                actions: [0, 1, 0x0200_0001, 0x03ff_ffff],
+            },
+        ),
+    ] {
+        check(what, &rep(g), 0, Expect::Identical);
+    }
+}

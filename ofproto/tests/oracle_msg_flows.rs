@@ -801,3 +801,44 @@ fn flow_captures_round_trip_and_print_like_ovs() {
         .sum();
     assert_eq!(n, 2001);
 }
+
+/// Zero in the hex fields of flow messages prints as OVS prints it (`cookie=0x0` in packet-ins
+/// and flow stats, `cookie:0x0/0xff` in a flow mod, `buf:0x0`).
+#[test]
+fn zero_hex_fields_of_flow_messages_match_ovs() {
+    let mut del = FlowMod::add(Flow::new(0, 0, Match::new()));
+    del.command = FlowModCommand::Delete;
+    del.cookie_mask = 0xff;
+    identical("flow delete cookie 0/0xff", &Message::FlowMod(del), 0);
+    let mut add = FlowMod::add(overlay_flow().cookie(0));
+    add.buffer_id = 0;
+    identical("flow add buffer 0", &Message::FlowMod(add), 0);
+    let pin = PacketIn {
+        buffer_id: 0,
+        total_len: 0,
+        reason: 0,
+        table_id: 0,
+        cookie: 0,
+        matches: Match::new().in_port(1),
+        data: vec![],
+    };
+    // OVS also dissects the packet; the headline carries the cookie.
+    let bytes = Message::PacketIn(pin).encode(0);
+    let ours = ofproto::ofp_print(&bytes).expect("packet in prints");
+    let theirs = strip_log(&ovs_print(&bytes));
+    assert_eq!(
+        ours.lines().next(),
+        theirs.lines().next(),
+        "packet in, cookie 0"
+    );
+    assert!(theirs.contains(" cookie=0x0 "), "{theirs}");
+    let stats = FlowStats {
+        flow: Flow::new(0, 0, Match::new()),
+        duration_sec: 0,
+        duration_nsec: 0,
+        packet_count: 0,
+        byte_count: 0,
+    };
+    let reply = MultipartReply::new(MultipartReplyBody::Flow(vec![stats]));
+    identical("flow stats, cookie 0", &Message::MultipartReply(reply), 0);
+}

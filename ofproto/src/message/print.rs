@@ -13,6 +13,7 @@ use crate::error::DecodeError;
 use crate::flow::{flow_flags, Bucket, FlowMod, FlowModCommand, Group, GroupModCommand, GroupType};
 use crate::instruction::Instruction;
 use crate::oxm::Match;
+use crate::text::hash_x;
 use std::fmt::Write as _;
 
 /// Parse hex text (whitespace, `0x` prefixes and `:`/`-` separators allowed) into bytes.
@@ -443,8 +444,8 @@ fn render_body(s: &mut String, msg: &Message, xid: u32) -> Result<(), &'static s
         Message::BundleControl(b) => {
             let _ = writeln!(
                 s,
-                "\n bundle_id={:#x} type={} flags={}",
-                b.bundle_id,
+                "\n bundle_id={} type={} flags={}",
+                hash_x(b.bundle_id.into()),
                 b.ctrl_type.name().unwrap_or(""),
                 bundle_flags(b.flags)
             );
@@ -453,8 +454,8 @@ fn render_body(s: &mut String, msg: &Message, xid: u32) -> Result<(), &'static s
         Message::BundleAdd(b) => {
             let _ = writeln!(
                 s,
-                "\n bundle_id={:#x} flags={}",
-                b.bundle_id,
+                "\n bundle_id={} flags={}",
+                hash_x(b.bundle_id.into()),
                 bundle_flags(b.flags)
             );
             // The embedded message is printed as a message of its own (ofp_to_string).
@@ -544,7 +545,7 @@ fn format_actions(actions: &[Action]) -> String {
     if actions.is_empty() {
         "drop".into()
     } else {
-        crate::action::format_actions(actions)
+        crate::text::actions::format_actions(actions)
     }
 }
 
@@ -553,7 +554,7 @@ fn format_instructions(instructions: &[Instruction]) -> String {
     if instructions.is_empty() {
         "drop".into()
     } else {
-        crate::instruction::format_instructions(instructions)
+        crate::text::instructions::format_instructions(instructions)
     }
 }
 
@@ -1087,8 +1088,8 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) -> Result<(), &'st
                 if g.types & (1 << i) != 0 {
                     let _ = write!(
                         s,
-                        "    {name} group:\n       max_groups={:#x}\n       actions: {}\n",
-                        g.max_groups.get(i).copied().unwrap_or(0),
+                        "    {name} group:\n       max_groups={}\n       actions: {}\n",
+                        hash_x(g.max_groups.get(i).copied().unwrap_or(0).into()),
                         group_action_names(g.actions.get(i).copied().unwrap_or(0))
                     );
                 }
@@ -1131,6 +1132,10 @@ fn group_action_names(bits: u32) -> String {
         .filter(|(b, _)| bits & (1 << b) != 0)
         .map(|(_, n)| *n)
         .collect();
+    if names.is_empty() {
+        // ofpact_bitmap_format: no action it knows of.
+        return "<none>".into();
+    }
     names.join(" ")
 }
 

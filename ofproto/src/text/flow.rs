@@ -60,6 +60,16 @@ pub fn format_flow(f: &Flow) -> String {
         s.push(' ');
     }
     s.push_str("actions=");
-    s.push_str(&crate::instruction::format_instructions(&f.instructions));
+    s.push_str(&super::instructions::format_instructions(&f.instructions));
     s
+}
+
+impl std::fmt::Display for Flow {
+    /// The flow as one line of `ovs-ofctl -O OpenFlow13 dump-flows --no-stats`, without the
+    /// leading space ovs-ofctl indents it by: `cookie=0x5, table=20, priority=100,ip,nw_src=...
+    /// actions=...`. `cookie=`, `table=`, the timeouts and `priority=` are left out at their
+    /// defaults (0, 0, 0 and 32768) exactly as Open vSwitch 3.1 does (see the module doc).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_flow(self))
+    }
 }

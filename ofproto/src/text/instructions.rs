@@ -45,3 +45,10 @@ pub fn format_instructions(instructions: &[Instruction]) -> String {
         parts.join(",")
     }
 }
+
+impl std::fmt::Display for Instruction {
+    /// One instruction as `ovs-ofctl` prints it (`goto_table:30`, `write_actions(output:1)`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_instructions(std::slice::from_ref(self)))
+    }
+}

@@ -382,3 +382,11 @@ fn widen16((v, m): (u128, u128)) -> (u128, u128) {
         (v, m)
     }
 }
+
+impl std::fmt::Display for Match {
+    /// The match in `ovs-ofctl dump-flows` syntax (e.g. `ip,reg1=0x64,nw_dst=10.244.0.2`), empty
+    /// for the match-all (see the module doc for the rules).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_match(self, None))
+    }
+}
