@@ -63,6 +63,8 @@ pub enum ObjectKind {
     Namespace = 0x03,
     /// A NETID (the object id is the NETID).
     NetId = 0x04,
+    /// A NetworkPolicy.
+    Policy = 0x05,
 }
 
 /// The first 4 bytes of SHA-256 of `name`, big-endian.
@@ -97,6 +99,15 @@ pub fn pod_cookie(namespace: &str, name: &str) -> u64 {
 /// The cookie of a NETID's isolation flows.
 pub fn netid_cookie(netid: u32) -> u64 {
     cookie(Feature::Isolation, ObjectKind::NetId, netid)
+}
+
+/// The cookie of a NetworkPolicy's flows.
+pub fn policy_cookie(namespace: &str, name: &str) -> u64 {
+    cookie(
+        Feature::NetworkPolicy,
+        ObjectKind::Policy,
+        object_hash(&format!("networkpolicy/{namespace}/{name}")),
+    )
 }
 
 /// `(value, mask)` selecting every flow of one object of one kind, any feature.
