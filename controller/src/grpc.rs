@@ -593,6 +593,15 @@ fn trace(c: &mut Core, r: &pa::TraceRequest) -> Result<pa::TraceReply, ApiError>
         }
     }
     let decided_by = steps.len().saturating_sub(1) as u32;
+    let step_cookies: Vec<(u8, u64)> = t.steps.iter().map(|s| (s.table, s.cookie)).collect();
+    let dropped_in = t.outcomes.iter().find_map(|o| match o {
+        Outcome::Dropped { by, .. } => Some(by.table),
+        _ => None,
+    });
+    if let Some(v) = crate::policy_api::policy_verdict(&c.model, &step_cookies, allowed, dropped_in)
+    {
+        verdicts.push(v);
+    }
     Ok(pa::TraceReply {
         verdict: verdicts.join("; "),
         allowed,

@@ -72,3 +72,105 @@ pub async fn label(
         changed,
     })
 }
+
+/// What a trace says about NetworkPolicy: the policies whose flows the packet went through
+/// (`allowed by networkpolicy NS/NAME`), or, for a packet dropped in table 27 (egress) or 80
+/// (ingress) in networkpolicy mode, that no policy allowed it. `steps`: (table, cookie) of each
+/// step; `dropped_in`: the table of the drop, if the packet was dropped.
+pub fn policy_verdict(
+    m: &topology::ClusterModel,
+    steps: &[(u8, u64)],
+    allowed: bool,
+    dropped_in: Option<u8>,
+) -> Option<String> {
+    use topology::pipeline::cookie::{decode, ObjectKind};
+    let mut names: Vec<String> = Vec::new();
+    for (_, c) in steps {
+        if decode(*c).kind != ObjectKind::Policy as u8 {
+            continue;
+        }
+        let name = crate::grpc::explain_cookie(m, *c);
+        let name = name
+            .strip_prefix("networkpolicy: ")
+            .unwrap_or("networkpolicy (deleted since)")
+            .to_string();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if allowed && !names.is_empty() {
+        return Some(format!("allowed by {}", names.join(", ")));
+    }
+    match dropped_in {
+        Some(t @ (27 | 80)) if m.is_policy_mode() => Some(format!(
+            "no NetworkPolicy allows it ({} isolation, table {t})",
+            if t == 27 { "egress" } else { "ingress" }
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use topology::model::{LabelSelector, NetworkPolicy};
+    use topology::pipeline::cookie;
+
+    #[test]
+    fn policy_cookies_name_their_policy() {
+        let mut m = topology::ClusterModel::new(crate::core::default_config()).expect("model");
+        m.add_namespace("shop").expect("namespace");
+        m.apply_policy(NetworkPolicy {
+            namespace: "shop".into(),
+            name: "allow-web".into(),
+            pod_selector: LabelSelector::everything(),
+            ingress_isolation: true,
+            egress_isolation: false,
+            ingress: vec![],
+            egress: vec![],
+        })
+        .expect("policy");
+        let c = cookie::policy_cookie("shop", "allow-web");
+        assert_eq!(
+            crate::grpc::explain_cookie(&m, c),
+            "networkpolicy: networkpolicy shop/allow-web"
+        );
+        // A policy deleted since the flow was made is not named.
+        m.delete_policy("shop", "allow-web").expect("delete");
+        assert_eq!(crate::grpc::explain_cookie(&m, c), "networkpolicy");
+    }
+
+    #[test]
+    fn trace_verdict_names_the_allowing_policy() {
+        let mut cfg = crate::core::default_config();
+        cfg.mode = topology::Mode::Networkpolicy;
+        let mut m = topology::ClusterModel::new(cfg).expect("model");
+        m.add_namespace("shop").expect("namespace");
+        for name in ["a", "b"] {
+            m.apply_policy(NetworkPolicy {
+                namespace: "shop".into(),
+                name: name.into(),
+                pod_selector: LabelSelector::everything(),
+                ingress_isolation: true,
+                egress_isolation: false,
+                ingress: vec![],
+                egress: vec![],
+            })
+            .expect("policy");
+        }
+        let steps = [
+            (0, 0),
+            (80, cookie::policy_cookie("shop", "b")),
+            (80, cookie::policy_cookie("shop", "b")),
+            (70, 0),
+        ];
+        assert_eq!(
+            super::policy_verdict(&m, &steps, true, None).as_deref(),
+            Some("allowed by networkpolicy shop/b")
+        );
+        assert_eq!(
+            super::policy_verdict(&m, &[(0, 0), (80, 0)], false, Some(80)).as_deref(),
+            Some("no NetworkPolicy allows it (ingress isolation, table 80)")
+        );
+        assert_eq!(super::policy_verdict(&m, &[(0, 0)], false, Some(21)), None);
+    }
+}
