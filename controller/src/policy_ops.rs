@@ -126,7 +126,7 @@ impl LabelEdit {
         for (k, v) in &self.set {
             match current.get(k) {
                 Some(old) if old != v && !self.overwrite => {
-                    return Err(ApiError::FailedPrecondition(format!(
+                    return Err(ApiError::Invalid(format!(
                         "{what}: label {k:?} already has a value ({old}), and --overwrite is false"
                     )))
                 }
@@ -275,7 +275,7 @@ pub fn select_namespaces(m: &ClusterModel, selector: &str) -> Result<Vec<String>
     let names: Vec<String> = m.selected_namespaces(&sel).map(|n| n.name).collect();
     if names.is_empty() {
         return Err(ApiError::NotFound(format!(
-            "selector {selector:?} matches no namespace (see their labels with: flowmeshctl get netnamespaces -o wide)"
+            "selector {selector:?} matches no namespace's labels"
         )));
     }
     Ok(names)

@@ -247,6 +247,10 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
             None => "list namespaces with: flowmeshctl get netnamespaces".into(),
         },
         (Code::NotFound, Target::Trace) => "list pods with: flowmeshctl get pods".into(),
+        // The controller's message may say what to do already.
+        (Code::NotFound, Target::Object { .. }) if message.contains("flowmeshctl") => {
+            return None
+        }
         (Code::NotFound, Target::Object { kind, .. }) => match kind.strip_suffix('y') {
             Some(stem) => format!("list them with: flowmeshctl get {stem}ies"),
             None => format!("list them with: flowmeshctl get {kind}s"),
