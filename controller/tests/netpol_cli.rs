@@ -515,3 +515,173 @@ async fn policies_labels_selectors_mode_change_and_restart() {
     assert_eq!(cn["mode"], "networkpolicy");
     assert!(before_pol.contains("from-api") && before_ns.contains("\"team\": \"a\""));
 }
+
+/// A controller started in subnet mode, restarted with `--config` in networkpolicy mode: every
+/// namespace gets a NETID of its own, stored, so a further restart keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_mode_change_from_subnet_gives_and_stores_netids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = |mode: &str| {
+        let p = dir.path().join(format!("{mode}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "clusterNetworks:\n  - cidr: 10.128.0.0/14\n    hostPrefix: 23\nserviceNetwork: 172.30.0.0/16\nmode: {mode}\n"
+            ),
+        )
+        .expect("write config");
+        p.display().to_string()
+    };
+    let subnet = cfg("subnet");
+    let np = cfg("networkpolicy");
+    let mut c = Controller::start(&dir.path().join("data"), &["--config", &subnet]);
+    for ns in ["a", "b"] {
+        ctl(&c, &["namespace", "create", ns]).ok();
+    }
+    let netids = |c: &Controller| -> Vec<(String, u64)> {
+        let j = json(ctl(c, &["get", "netnamespaces", "-o", "json"]).ok());
+        j.as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap_or_default().to_string(),
+                    n["netid"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect()
+    };
+    assert!(
+        netids(&c).iter().all(|(_, id)| *id == 0),
+        "{:?}",
+        netids(&c)
+    );
+    c.kill9();
+    c.extra = vec!["--config".into(), np];
+    c.spawn();
+    let after = netids(&c);
+    let a = after.iter().find(|(n, _)| n == "a").map(|x| x.1);
+    let b = after.iter().find(|(n, _)| n == "b").map(|x| x.1);
+    assert!(
+        a.is_some_and(|v| v != 0) && b.is_some_and(|v| v != 0) && a != b,
+        "{after:?}"
+    );
+    let mode = json(ctl(&c, &["get", "clusternetwork", "-o", "json"]).ok());
+    assert_eq!(mode["mode"], "networkpolicy");
+    c.kill9();
+    c.spawn();
+    assert_eq!(netids(&c), after, "the new NETIDs were stored");
+}
+
+/// AttachPod (admin and node API) carries labels and named ports to a real switch's pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_pod_carries_labels_and_named_ports() {
+    use flowmesh_tests::OvsSandbox;
+    use std::collections::HashMap;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Controller::start(&dir.path().join("data"), &[]);
+    let sbx = support::sandbox(&c, &[("node-a", 0xa, &[("p1", 3), ("p2", 4)])]);
+    let mut admin = c.admin().await;
+    admin
+        .add_node(pa::AddNodeRequest {
+            name: "node-a".into(),
+            node_ip: "172.31.0.1".into(),
+            dpid: 0xa,
+        })
+        .await
+        .expect("add node");
+    admin
+        .create_namespace(pa::NameRequest { name: "ns1".into() })
+        .await
+        .expect("namespace");
+    support::wait_synced(&mut admin, &["node-a"]).await;
+
+    // Invalid labels or ports are refused before anything is attached.
+    let bad = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "web".into(),
+            port_name: OvsSandbox::port_name("node-a", "p1"),
+            ofport: 3,
+            labels: HashMap::from([("bad key".to_string(), "x".to_string())]),
+            ports: vec![],
+        })
+        .await
+        .expect_err("bad label key");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    let bad = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "web".into(),
+            port_name: OvsSandbox::port_name("node-a", "p1"),
+            ofport: 3,
+            labels: HashMap::new(),
+            ports: vec![pa::ContainerPort {
+                name: "http".into(),
+                protocol: "ICMP".into(),
+                container_port: 80,
+            }],
+        })
+        .await
+        .expect_err("bad protocol");
+    assert!(
+        bad.message().contains("ports[0].protocol"),
+        "{}",
+        bad.message()
+    );
+    let listed = admin
+        .list_pods(pa::Empty {})
+        .await
+        .expect("pods")
+        .into_inner();
+    assert!(listed.items.is_empty(), "{listed:?}");
+
+    let pod = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "web".into(),
+            port_name: OvsSandbox::port_name("node-a", "p1"),
+            ofport: 3,
+            labels: HashMap::from([("app".to_string(), "web".to_string())]),
+            ports: vec![pa::ContainerPort {
+                name: "http".into(),
+                protocol: String::new(),
+                container_port: 8080,
+            }],
+        })
+        .await
+        .expect("attach with labels")
+        .into_inner();
+    assert_eq!(pod.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(pod.ports[0].protocol, "TCP");
+
+    let mut node =
+        proto::node::node_api_client::NodeApiClient::connect(format!("http://{}", c.grpc))
+            .await
+            .expect("node API");
+    node.attach_pod(proto::node::AttachPodRequest {
+        node: "node-a".into(),
+        namespace: "ns1".into(),
+        name: "db".into(),
+        port_name: OvsSandbox::port_name("node-a", "p2"),
+        ofport: 4,
+        sandbox_id: "x".into(),
+        labels: HashMap::from([("app".to_string(), "db".to_string())]),
+        ports: vec![proto::node::ContainerPort {
+            name: "pg".into(),
+            protocol: "TCP".into(),
+            container_port: 5432,
+        }],
+    })
+    .await
+    .expect("node API attach with labels");
+    let j = json(ctl(&c, &["get", "pods", "-n", "ns1", "-o", "json"]).ok());
+    assert_eq!(j[0]["name"], "db");
+    assert_eq!(j[0]["labels"], serde_json::json!({"app": "db"}));
+    assert_eq!(j[0]["ports"][0]["containerPort"], 5432);
+    assert_eq!(j[1]["labels"], serde_json::json!({"app": "web"}));
+    drop(sbx);
+}
