@@ -45,7 +45,8 @@ pub enum Command {
     /// Attach or detach pods (what the node shim does on CNI ADD/DEL).
     #[command(subcommand)]
     Pod(PodCommand),
-    /// List objects: hostsubnets, netnamespaces, pods, switches, clusternetwork, events.
+    /// List objects: hostsubnets, netnamespaces, pods, networkpolicies, switches,
+    /// clusternetwork, events.
     Get(GetArgs),
     /// Administrative commands (`adm pod-network ...`).
     #[command(subcommand)]
