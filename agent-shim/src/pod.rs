@@ -250,6 +250,9 @@ impl PodManager {
             port_name: host.to_owned(),
             ofport,
             sandbox_id: req.container_id.clone(),
+            // The CNI request carries no labels or ports; they come from the admin API.
+            labels: Default::default(),
+            ports: Vec::new(),
         };
         // Recorded before the call: a timeout may still have attached the pod.
         undo.push(Undo::Attached {

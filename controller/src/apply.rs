@@ -2,11 +2,13 @@
 //! every object is applied (stored, flows acknowledged) or none is. Applying the same file
 //! twice changes nothing the second time.
 
-use crate::core::{cursors_change, namespace_change, CoreHandle, Effects};
+use crate::core::{cursors_change, namespace_change, pod_change, CoreHandle, Effects};
 use crate::error::ApiError;
 use crate::manifest::{self, ClusterNetworkSpec, ManifestObject, NetworkMode};
-use crate::ops::{add_node_in, attach_pod_in, create_namespace_in, PodRequest};
+use crate::ops::{add_node_in, create_namespace_in, PodRequest};
+use crate::policy_ops::{all_namespace_changes, apply_policy_in, attach_pod_with_in};
 use crate::state::{Change, Record};
+use topology::model::PodMeta;
 use topology::{Affected, ClusterModel, ClusterNetworkConfig, ClusterNetworkEntry, Ipv4Cidr, Mode};
 
 /// Apply a multi-document YAML; returns one result line per object (`namespace/a created`).
@@ -137,6 +139,15 @@ fn apply_one(
                     verb = "configured";
                 }
             }
+            if let Some(labels) = &ns.labels {
+                if m.namespace_labels(&ns.name) != Some(labels) {
+                    merge(fx, m.set_namespace_labels(&ns.name, labels.clone())?);
+                    if verb == "unchanged" {
+                        verb = "configured";
+                    }
+                    fx.changes.push(namespace_change(m, &ns.name));
+                }
+            }
             if verb == "configured" {
                 fx.changes.push(namespace_change(m, &ns.name));
             }
@@ -170,14 +181,23 @@ fn apply_one(
             })?;
             if let Some(old) = m.pod(&p.namespace, &p.name) {
                 if old.node == p.node && old.port_name == p.port_name && old.ofport == ofport {
-                    return Ok("unchanged");
+                    if old.labels == p.labels && old.ports == p.ports {
+                        return Ok("unchanged");
+                    }
+                    let meta = PodMeta {
+                        labels: p.labels.clone(),
+                        ports: p.ports.clone(),
+                    };
+                    merge(fx, m.set_pod_meta(&p.namespace, &p.name, meta)?);
+                    fx.changes.push(pod_change(m, &p.namespace, &p.name));
+                    return Ok("configured");
                 }
                 return Err(ApiError::AlreadyExists(format!(
                     "pod {}/{} is attached on {} port {} (detach it first)",
                     p.namespace, p.name, old.node, old.port_name
                 )));
             }
-            let (_, attached) = attach_pod_in(
+            let (_, attached) = attach_pod_with_in(
                 m,
                 &PodRequest {
                     node: p.node.clone(),
@@ -185,6 +205,10 @@ fn apply_one(
                     name: p.name.clone(),
                     port_name: p.port_name.clone(),
                     ofport,
+                },
+                PodMeta {
+                    labels: p.labels.clone(),
+                    ports: p.ports.clone(),
                 },
             )?;
             fx.merge(attached);
@@ -195,9 +219,19 @@ fn apply_one(
             if &cfg == m.config() {
                 return Ok("unchanged");
             }
+            let mode_changed = cfg.mode != m.config().mode;
             merge(fx, m.update_config(cfg.clone())?);
             fx.changes.push(Change::Put(Record::ClusterNetwork(cfg)));
+            if mode_changed {
+                // Leaving subnet mode gives every namespace a NETID of its own.
+                fx.changes.extend(all_namespace_changes(m));
+            }
             Ok("configured")
+        }
+        ManifestObject::NetworkPolicy(p) => {
+            let (verdict, applied) = apply_policy_in(m, p.clone())?;
+            fx.merge(applied);
+            Ok(verdict.as_str())
         }
     }
 }

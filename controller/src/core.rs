@@ -207,6 +207,9 @@ pub fn load_model(
         }
     }
     let mut changes = Vec::new();
+    // A mode change from --config is replayed on the full model below (leaving subnet mode
+    // gives every namespace a NETID of its own, which must be stored).
+    let mut mode_changed_from = None;
     match (&stored_config, config) {
         (Some(stored), Some(wanted)) if stored != wanted => {
             // A running cluster may only grow its ranges; the model enforces the rules.
@@ -220,6 +223,9 @@ pub fn load_model(
                     "the --config cluster network differs from the stored one and cannot be applied: {e}"
                 ))
             })?;
+            if stored.mode != wanted.mode {
+                mode_changed_from = Some(stored.clone());
+            }
             snap.config = wanted.clone();
             changes.push(Change::Put(Record::ClusterNetwork(wanted.clone())));
         }
@@ -234,8 +240,25 @@ pub fn load_model(
     }
     snap.subnet_cursors
         .resize(snap.config.cluster_networks.len(), 0);
-    let mut model = ClusterModel::restore(&snap)
-        .map_err(|e| ApiError::Internal(format!("stored state is inconsistent: {e}")))?;
+    let inconsistent = |e| ApiError::Internal(format!("stored state is inconsistent: {e}"));
+    let mut model = match mode_changed_from {
+        None => ClusterModel::restore(&snap).map_err(inconsistent)?,
+        Some(old) => {
+            let mut m = ClusterModel::restore(&ModelSnapshot {
+                config: old,
+                ..snap.clone()
+            })
+            .map_err(inconsistent)?;
+            m.update_config(snap.config.clone()).map_err(|e| {
+                ApiError::FailedPrecondition(format!(
+                    "the --config cluster network differs from the stored one and cannot be applied: {e}"
+                ))
+            })?;
+            changes.extend(m.namespaces().map(|n| Change::Put(Record::Namespace(n))));
+            changes.push(cursors_change(&m));
+            m
+        }
+    };
     // The default namespace always exists, with NETID 0.
     if model.namespace("default").is_none() {
         let (info, _) = model.add_namespace("default")?;

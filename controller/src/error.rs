@@ -43,9 +43,12 @@ impl From<ModelError> for ApiError {
             ModelError::UnknownPod(p) => ApiError::NotFound(format!("pod {p} not found")),
             ModelError::PodExists(p) => ApiError::AlreadyExists(format!("pod {p} already exists")),
             ModelError::Alloc { .. } => ApiError::Exhausted(msg),
-            ModelError::ModeRefuses { .. } | ModelError::DefaultNamespace(_) => {
-                ApiError::FailedPrecondition(msg)
-            }
+            ModelError::ModeRefuses { .. }
+            | ModelError::DefaultNamespace(_)
+            | ModelError::SharedNetId { .. } => ApiError::FailedPrecondition(msg),
+            ModelError::UnknownPolicy { namespace, name } => ApiError::NotFound(format!(
+                "networkpolicy {namespace}/{name} not found (list them with: flowmeshctl get networkpolicies -n {namespace})"
+            )),
             ModelError::NodeIpInUse { .. }
             | ModelError::DatapathInUse { .. }
             | ModelError::OfportInUse { .. } => ApiError::AlreadyExists(msg),

@@ -5,6 +5,7 @@ use crate::core::{Core, CoreHandle};
 use crate::error::ApiError;
 use crate::ops::{self, NetIdOp};
 use crate::reconciler::ReconcileCmd;
+use crate::{netpol, policy_ops};
 use proto::admin::admin_server::Admin;
 use proto::admin::{self as pa};
 use proto::node::node_api_server::NodeApi;
@@ -48,6 +49,27 @@ impl AdminService {
             items: v.iter().map(netns).collect(),
         }))
     }
+
+    /// A NETID operation on named namespaces or on those a label selector picks.
+    async fn netid_selected(
+        &self,
+        op: NetIdOp,
+        names: Vec<String>,
+        selector: String,
+    ) -> Result<Response<pa::NetNamespaceList>, Status> {
+        if selector.is_empty() {
+            return self.netid(op, names).await;
+        }
+        if !names.is_empty() {
+            return Err(
+                ApiError::Invalid("give namespace names or a selector, not both".into()).into(),
+            );
+        }
+        let v = policy_ops::netid_op_by_selector(&self.core, op, selector).await?;
+        Ok(Response::new(pa::NetNamespaceList {
+            items: v.iter().map(netns).collect(),
+        }))
+    }
 }
 
 impl NodeService {
@@ -77,6 +99,7 @@ fn netns(n: &NamespaceInfo) -> pa::NetNamespace {
     pa::NetNamespace {
         name: n.name.clone(),
         netid: n.netid,
+        labels: n.labels.clone().into_iter().collect(),
     }
 }
 
@@ -97,6 +120,8 @@ fn pod(m: &ClusterModel, p: &PodInfo) -> pa::Pod {
         ofport: p.ofport,
         netid: m.effective_netid(&p.key.namespace),
         port_name: p.port_name.clone(),
+        labels: p.labels.clone().into_iter().collect(),
+        ports: p.ports.iter().map(netpol::proto_container_port).collect(),
     }
 }
 
@@ -115,6 +140,7 @@ pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
         0x02 => "mesh",
         0x03 => "pod",
         0x04 => "isolation",
+        0x05 => "networkpolicy",
         0x0f => "version",
         0 => "none",
         _ => "other",
@@ -132,6 +158,13 @@ pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
             })
             .map(|p| format!("pod {}", p.key)),
         4 => Some(format!("NETID {}", parts.object)),
+        5 => m
+            .policies()
+            .find(|p| {
+                cookie::object_hash(&format!("networkpolicy/{}/{}", p.namespace, p.name))
+                    == parts.object
+            })
+            .map(|p| format!("networkpolicy {}/{}", p.namespace, p.name)),
         _ => None,
     };
     match object {
@@ -260,7 +293,13 @@ impl Admin for AdminService {
         r: Request<pa::AttachPodRequest>,
     ) -> Result<Response<pa::Pod>, Status> {
         let r = r.into_inner();
-        let p = ops::attach_pod(
+        let ports: Vec<(String, String, u32)> = r
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.protocol.clone(), p.container_port))
+            .collect();
+        let meta = netpol::pod_meta(r.labels, &ports)?;
+        let p = policy_ops::attach_pod_with(
             &self.core,
             ops::PodRequest {
                 node: r.node,
@@ -269,6 +308,7 @@ impl Admin for AdminService {
                 port_name: r.port_name,
                 ofport: r.ofport,
             },
+            meta,
         )
         .await?;
         let out = self.core.read(move |c| pod(&c.model, &p)).await?;
@@ -303,14 +343,16 @@ impl Admin for AdminService {
         r: Request<pa::JoinProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
         let r = r.into_inner();
-        self.netid(NetIdOp::Join { to: r.to }, r.namespaces).await
+        self.netid_selected(NetIdOp::Join { to: r.to }, r.namespaces, r.selector)
+            .await
     }
 
     async fn isolate_projects(
         &self,
         r: Request<pa::ProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
-        self.netid(NetIdOp::Isolate, r.into_inner().namespaces)
+        let r = r.into_inner();
+        self.netid_selected(NetIdOp::Isolate, r.namespaces, r.selector)
             .await
     }
 
@@ -318,7 +360,9 @@ impl Admin for AdminService {
         &self,
         r: Request<pa::ProjectsRequest>,
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
-        self.netid(NetIdOp::Global, r.into_inner().namespaces).await
+        let r = r.into_inner();
+        self.netid_selected(NetIdOp::Global, r.namespaces, r.selector)
+            .await
     }
 
     async fn list_switches(
@@ -416,6 +460,47 @@ impl Admin for AdminService {
         let rx = self.core.subscribe();
         let s = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map_ok();
         Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn apply_network_policy(
+        &self,
+        r: Request<pa::NetworkPolicy>,
+    ) -> Result<Response<pa::ApplyNetworkPolicyReply>, Status> {
+        let reply = crate::policy_api::apply(&self.core, r.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn delete_network_policy(
+        &self,
+        r: Request<pa::PolicyRef>,
+    ) -> Result<Response<pa::Empty>, Status> {
+        let r = r.into_inner();
+        policy_ops::delete_policy(&self.core, r.namespace, r.name).await?;
+        Ok(Response::new(pa::Empty {}))
+    }
+
+    async fn list_network_policies(
+        &self,
+        r: Request<pa::ListNetworkPoliciesRequest>,
+    ) -> Result<Response<pa::NetworkPolicyList>, Status> {
+        let reply = crate::policy_api::list(&self.core, r.into_inner().namespace).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn label_namespace(
+        &self,
+        r: Request<pa::LabelRequest>,
+    ) -> Result<Response<pa::LabelReply>, Status> {
+        let reply = crate::policy_api::label(&self.core, r.into_inner(), false).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn label_pod(
+        &self,
+        r: Request<pa::LabelRequest>,
+    ) -> Result<Response<pa::LabelReply>, Status> {
+        let reply = crate::policy_api::label(&self.core, r.into_inner(), true).await?;
+        Ok(Response::new(reply))
     }
 }
 
@@ -523,6 +608,15 @@ fn trace(c: &mut Core, r: &pa::TraceRequest) -> Result<pa::TraceReply, ApiError>
         }
     }
     let decided_by = steps.len().saturating_sub(1) as u32;
+    let step_cookies: Vec<(u8, u64)> = t.steps.iter().map(|s| (s.table, s.cookie)).collect();
+    let dropped_in = t.outcomes.iter().find_map(|o| match o {
+        Outcome::Dropped { by, .. } => Some(by.table),
+        _ => None,
+    });
+    if let Some(v) = crate::policy_api::policy_verdict(&c.model, &step_cookies, allowed, dropped_in)
+    {
+        verdicts.push(v);
+    }
     Ok(pa::TraceReply {
         verdict: verdicts.join("; "),
         allowed,
@@ -563,7 +657,13 @@ impl NodeApi for NodeService {
         r: Request<pn::AttachPodRequest>,
     ) -> Result<Response<pn::PodNetwork>, Status> {
         let r = r.into_inner();
-        let p = ops::attach_pod(
+        let ports: Vec<(String, String, u32)> = r
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.protocol.clone(), p.container_port))
+            .collect();
+        let meta = netpol::pod_meta(r.labels, &ports)?;
+        let p = policy_ops::attach_pod_with(
             &self.core,
             ops::PodRequest {
                 node: r.node,
@@ -572,6 +672,7 @@ impl NodeApi for NodeService {
                 port_name: r.port_name,
                 ofport: r.ofport,
             },
+            meta,
         )
         .await?;
         let out = self

@@ -11,12 +11,18 @@
 //! * `v1 Node`, `network.openshift.io/v1 HostSubnet` → [`ManifestObject::Node`]
 //! * `v1 Pod` → [`ManifestObject::Pod`]
 //! * `network.openshift.io/v1 ClusterNetwork` → [`ManifestObject::ClusterNetwork`]
+//! * `networking.k8s.io/v1 NetworkPolicy` → [`ManifestObject::NetworkPolicy`] (read as
+//!   `k8s_openapi`'s type, then checked field by field, see [`crate::netpol`])
+//!
+//! `v1 Namespace` and `v1 Pod` keep `metadata.labels`; `v1 Pod` keeps its named container ports
+//! (`spec.containers[].ports[]` with a `name`).
 
 use std::fmt;
 use std::net::Ipv4Addr;
 
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
+use topology::model::{ContainerPort, Labels, NetworkPolicy};
 
 /// Annotation carrying a node's datapath id (decimal or `0x` hex).
 pub const DATAPATH_ID_ANNOTATION: &str = "flowmesh.io/datapath-id";
@@ -27,6 +33,7 @@ pub const OFPORT_ANNOTATION: &str = "flowmesh.io/ofport";
 
 const API_V1: &str = "v1";
 const API_OPENSHIFT_NETWORK: &str = "network.openshift.io/v1";
+const API_NETWORKING: &str = "networking.k8s.io/v1";
 
 /// One object of a manifest, ready for the server to apply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +46,8 @@ pub enum ManifestObject {
     Pod(PodSpec),
     /// Set the cluster network config.
     ClusterNetwork(ClusterNetworkSpec),
+    /// Create or replace a NetworkPolicy (checked, in the model's form).
+    NetworkPolicy(NetworkPolicy),
 }
 
 impl ManifestObject {
@@ -49,6 +58,9 @@ impl ManifestObject {
             ManifestObject::Node(n) => format!("node/{}", n.name),
             ManifestObject::Pod(p) => format!("pod/{}/{}", p.namespace, p.name),
             ManifestObject::ClusterNetwork(c) => format!("clusternetwork/{}", c.name),
+            ManifestObject::NetworkPolicy(p) => {
+                format!("networkpolicy/{}/{}", p.namespace, p.name)
+            }
         }
     }
 }
@@ -60,6 +72,9 @@ pub struct NamespaceSpec {
     pub name: String,
     /// Requested NETID (NetNamespace `netid`); the server validates it. `None`: allocate.
     pub netid: Option<u32>,
+    /// `metadata.labels` of a `v1 Namespace` (the namespace's labels become exactly these);
+    /// `None` for a NetNamespace, which leaves labels alone.
+    pub labels: Option<Labels>,
 }
 
 /// A node to add.
@@ -88,6 +103,10 @@ pub struct PodSpec {
     pub port_name: String,
     /// OpenFlow port (annotation `flowmesh.io/ofport`); `None`: the server looks it up.
     pub ofport: Option<u32>,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// Named container ports of every container (`spec.containers[].ports[]` with a name).
+    pub ports: Vec<ContainerPort>,
 }
 
 /// The network plugin mode.
@@ -189,6 +208,13 @@ pub enum Problem {
         /// The expected type.
         expected: &'static str,
     },
+    /// A field is refused; the reason says why (no value repeated).
+    Field {
+        /// Field path, e.g. `spec.ingress[0].ports[1].endPort`.
+        field: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// A field's value is not acceptable.
     Invalid {
         /// Field path.
@@ -208,8 +234,9 @@ impl fmt::Display for Problem {
             Problem::MissingTypeInfo(field) => write!(f, "{field} is missing"),
             Problem::UnknownKind { api_version, kind } => write!(
                 f,
-                "unsupported kind {kind:?} (apiVersion {api_version:?}); flowmesh applies v1 Namespace, Node and Pod, and network.openshift.io/v1 NetNamespace, HostSubnet and ClusterNetwork"
+                "unsupported kind {kind:?} (apiVersion {api_version:?}); flowmesh applies v1 Namespace, Node and Pod, network.openshift.io/v1 NetNamespace, HostSubnet and ClusterNetwork, and networking.k8s.io/v1 NetworkPolicy"
             ),
+            Problem::Field { field, reason } => write!(f, "{field}: {reason}"),
             Problem::Missing { field, hint } => write!(f, "{field} is required ({hint})"),
             Problem::WrongType { field, expected } => write!(f, "{field} must be {expected}"),
             Problem::Invalid { field, value, reason } => {
@@ -321,6 +348,7 @@ fn parse_document(index: usize, value: &Value) -> Result<ManifestObject, Manifes
         (API_OPENSHIFT_NETWORK, "HostSubnet") => parse_hostsubnet(&doc),
         (API_V1, "Pod") => parse_pod(&doc),
         (API_OPENSHIFT_NETWORK, "ClusterNetwork") => parse_cluster_network(&doc),
+        (API_NETWORKING, "NetworkPolicy") => parse_network_policy(&doc, value),
         _ => Err(doc.err(Problem::UnknownKind {
             api_version: api_version.clone(),
             kind: kind.clone(),
@@ -331,9 +359,11 @@ fn parse_document(index: usize, value: &Value) -> Result<ManifestObject, Manifes
 fn parse_namespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
     let name = doc.req_str("metadata.name", "the namespace name")?;
     doc.check_name("metadata.name", &name)?;
+    let labels = doc.labels()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid: None,
+        labels: Some(labels),
     }))
 }
 
@@ -368,7 +398,11 @@ fn parse_netnamespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
             })
         })?),
     };
-    Ok(ManifestObject::Namespace(NamespaceSpec { name, netid }))
+    Ok(ManifestObject::Namespace(NamespaceSpec {
+        name,
+        netid,
+        labels: None,
+    }))
 }
 
 fn parse_node(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
@@ -481,13 +515,43 @@ fn parse_pod(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
             }
         },
     };
+    let labels = doc.labels()?;
+    let ports = doc.container_ports()?;
     Ok(ManifestObject::Pod(PodSpec {
         namespace,
         name,
         node,
         port_name,
         ofport,
+        labels,
+        ports,
     }))
+}
+
+fn parse_network_policy(doc: &Doc<'_>, value: &Value) -> Result<ManifestObject, ManifestError> {
+    let namespace = doc.req_str("metadata.namespace", "the policy's namespace")?;
+    doc.check_name("metadata.namespace", &namespace)?;
+    let name = doc.req_str("metadata.name", "the policy name")?;
+    doc.check_name("metadata.name", &name)?;
+    let full_name = format!("{namespace}/{name}");
+    let doc = Doc {
+        name: Some(&full_name),
+        ..*doc
+    };
+    let np: k8s_openapi::api::networking::v1::NetworkPolicy = serde_yaml::from_value(value.clone())
+        .map_err(|e| {
+            doc.err(Problem::Field {
+                field: "spec".into(),
+                reason: format!("not a NetworkPolicy: {e}"),
+            })
+        })?;
+    let p = crate::netpol::from_k8s(&namespace, &name, &np).map_err(|e| {
+        doc.err(Problem::Field {
+            field: e.field,
+            reason: e.reason,
+        })
+    })?;
+    Ok(ManifestObject::NetworkPolicy(p))
 }
 
 fn parse_cluster_network(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
@@ -709,6 +773,133 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// `metadata.labels`, keys and values checked (absent: none).
+    fn labels(&self) -> Result<Labels, ManifestError> {
+        let field = "metadata.labels";
+        let map = match self.get(field) {
+            None | Some(Value::Null) => return Ok(Labels::new()),
+            Some(Value::Mapping(m)) => m,
+            Some(_) => {
+                return Err(self.err(Problem::WrongType {
+                    field: field.into(),
+                    expected: "a mapping of strings",
+                }))
+            }
+        };
+        let mut labels = Labels::new();
+        for (k, v) in map {
+            let key = match k {
+                Value::String(s) => s.clone(),
+                _ => {
+                    return Err(self.err(Problem::WrongType {
+                        field: field.into(),
+                        expected: "a mapping with string keys",
+                    }))
+                }
+            };
+            let value = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => {
+                    return Err(self.err(Problem::WrongType {
+                        field: format!("{field}[{key}]"),
+                        expected: "a string",
+                    }))
+                }
+            };
+            labels.insert(key, value);
+        }
+        crate::netpol::check_label_map(&labels, field).map_err(|e| {
+            self.err(Problem::Field {
+                field: e.field,
+                reason: e.reason,
+            })
+        })?;
+        Ok(labels)
+    }
+
+    /// The named ports of every container (`spec.containers[].ports[]` with a name).
+    fn container_ports(&self) -> Result<Vec<ContainerPort>, ManifestError> {
+        let containers = match self.get("spec.containers") {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Sequence(s)) => s,
+            Some(_) => {
+                return Err(self.err(Problem::WrongType {
+                    field: "spec.containers".into(),
+                    expected: "a list of containers",
+                }))
+            }
+        };
+        let mut out = Vec::new();
+        for (i, c) in containers.iter().enumerate() {
+            let ports = match c.as_mapping().and_then(|m| m.get("ports")) {
+                None | Some(Value::Null) => continue,
+                Some(Value::Sequence(s)) => s,
+                Some(_) => {
+                    return Err(self.err(Problem::WrongType {
+                        field: format!("spec.containers[{i}].ports"),
+                        expected: "a list of {name, containerPort, protocol}",
+                    }))
+                }
+            };
+            for (j, p) in ports.iter().enumerate() {
+                let base = format!("spec.containers[{i}].ports[{j}]");
+                let Some(m) = p.as_mapping() else {
+                    return Err(self.err(Problem::WrongType {
+                        field: base,
+                        expected: "a mapping with name, containerPort and protocol",
+                    }));
+                };
+                let sub = Doc { root: m, ..*self };
+                let Some(name) = sub.opt_str("name")? else {
+                    continue;
+                };
+                let field = |f: &str| format!("{base}.{f}");
+                let bad = |f: &str, reason: String| {
+                    self.err(Problem::Field {
+                        field: field(f),
+                        reason,
+                    })
+                };
+                topology::model::policy::check_port_name(&name).map_err(|r| bad("name", r))?;
+                let number = sub
+                    .opt_u64("containerPort")
+                    .map_err(|_| bad("containerPort", "must be a port number (1-65535)".into()))?;
+                let port = match number.map(u16::try_from) {
+                    Some(Ok(n)) if n != 0 => n,
+                    Some(_) => {
+                        return Err(bad(
+                            "containerPort",
+                            "must be a port number (1-65535)".into(),
+                        ))
+                    }
+                    None => {
+                        return Err(self.err(Problem::Missing {
+                            field: field("containerPort"),
+                            hint: "the port number of a named port",
+                        }))
+                    }
+                };
+                let protocol = crate::netpol::protocol(
+                    sub.opt_str("protocol")?.as_deref(),
+                    &field("protocol"),
+                )
+                .map_err(|e| bad("protocol", e.reason))?;
+                if out.iter().any(|c: &ContainerPort| c.name == name) {
+                    return Err(bad("name", format!("port name {name:?} is used twice")));
+                }
+                out.push(ContainerPort {
+                    name,
+                    protocol,
+                    port,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     fn dpid_annotation(&self) -> Result<u64, ManifestError> {
         let field = format!("metadata.annotations[{DATAPATH_ID_ANNOTATION}]");
         match self.annotation(DATAPATH_ID_ANNOTATION)? {
@@ -809,7 +1000,8 @@ mod tests {
             o,
             ManifestObject::Namespace(NamespaceSpec {
                 name: "ns1".into(),
-                netid: None
+                netid: None,
+                labels: Some(Labels::new()),
             })
         );
         assert_eq!(o.describe(), "namespace/ns1");
@@ -824,7 +1016,8 @@ mod tests {
             o,
             ManifestObject::Namespace(NamespaceSpec {
                 name: "ns2".into(),
-                netid: Some(4242)
+                netid: Some(4242),
+                labels: None,
             })
         );
         let o = one("apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: ns3\n");
@@ -832,7 +1025,8 @@ mod tests {
             o,
             ManifestObject::Namespace(NamespaceSpec {
                 name: "ns3".into(),
-                netid: None
+                netid: None,
+                labels: None,
             })
         );
     }
@@ -991,10 +1185,131 @@ spec:
                 name: "web".into(),
                 node: "node-1".into(),
                 port_name: "veth-web".into(),
-                ofport: Some(7)
+                ofport: Some(7),
+                labels: Labels::new(),
+                ports: vec![],
             })
         );
         assert_eq!(o.describe(), "pod/ns1/web");
+    }
+
+    #[test]
+    fn labels_and_named_ports() {
+        let o = one(r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: ns1
+  labels: {team: a, example.com/env: prod}
+"#);
+        let ManifestObject::Namespace(ns) = o else {
+            panic!("not a namespace: {o:?}");
+        };
+        assert_eq!(
+            ns.labels.map(|l| l.into_iter().collect::<Vec<_>>()),
+            Some(vec![
+                ("example.com/env".to_string(), "prod".to_string()),
+                ("team".to_string(), "a".to_string())
+            ])
+        );
+        let o = one(r#"apiVersion: v1
+kind: Pod
+metadata:
+  namespace: ns1
+  name: web
+  labels: {app: web}
+  annotations: {flowmesh.io/ovs-port: veth-web}
+spec:
+  nodeName: node-1
+  containers:
+  - name: c
+    ports:
+    - {name: http, containerPort: 8080}
+    - {containerPort: 9090}
+  - name: d
+    ports: [{name: dns, containerPort: 53, protocol: UDP}]
+"#);
+        let ManifestObject::Pod(p) = o else {
+            panic!("not a pod: {o:?}");
+        };
+        assert_eq!(p.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(
+            p.ports,
+            vec![
+                ContainerPort {
+                    name: "http".into(),
+                    protocol: topology::model::Protocol::Tcp,
+                    port: 8080
+                },
+                ContainerPort {
+                    name: "dns".into(),
+                    protocol: topology::model::Protocol::Udp,
+                    port: 53
+                },
+            ]
+        );
+        let base = "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ns1\n  name: web\n  annotations: {flowmesh.io/ovs-port: p}\n";
+        let e = problem(&format!(
+            "{base}  labels: {{'bad key': x}}\nspec: {{nodeName: n}}\n"
+        ));
+        assert!(e.to_string().contains("metadata.labels"), "{e}");
+        let e = problem(&format!(
+            "{base}spec:\n  nodeName: n\n  containers: [{{name: c, ports: [{{name: HTTP, containerPort: 80}}]}}]\n"
+        ));
+        assert!(
+            e.to_string().contains("spec.containers[0].ports[0].name"),
+            "{e}"
+        );
+        let e = problem(&format!(
+            "{base}spec:\n  nodeName: n\n  containers: [{{name: c, ports: [{{name: h, containerPort: 80, protocol: ICMP}}]}}]\n"
+        ));
+        assert!(
+            e.to_string()
+                .contains("spec.containers[0].ports[0].protocol"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn network_policy_document() {
+        let text = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: ns}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: ok, namespace: ns}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{podSelector: {}}], ports: [{port: 80}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: ns}
+spec:
+  ingress:
+  - from:
+    - podSelector: {}
+    - ipBlock: {cidr: 10.0.0.0/8, except: ["10.0.0.0/33"]}
+"#;
+        let e = problem(text);
+        assert_eq!(e.index, 3);
+        assert!(
+            e.to_string().starts_with(
+                "document 3 (NetworkPolicy \"ns/web\"): spec.ingress[0].from[1].ipBlock.except[0]: "
+            ),
+            "{e}"
+        );
+        let ok = parse(
+            text.split("---\n")
+                .take(2)
+                .collect::<Vec<_>>()
+                .join("---\n")
+                .as_str(),
+        )
+        .expect("valid");
+        assert_eq!(ok[1].describe(), "networkpolicy/ns/ok");
+        let e = problem("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: a, namespace: ns}\nspec: {podSelector: 7}\n");
+        assert!(e.to_string().contains("not a NetworkPolicy"), "{e}");
     }
 
     #[test]

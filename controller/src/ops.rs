@@ -330,7 +330,16 @@ pub async fn netid_op(
     if names.is_empty() {
         return Err(ApiError::Invalid("name at least one namespace".into()));
     }
-    core.mutate(move |m| {
+    core.mutate(move |m| netid_op_in(m, &op, &names)).await
+}
+
+/// The model side of [`netid_op`].
+pub fn netid_op_in(
+    m: &mut ClusterModel,
+    op: &NetIdOp,
+    names: &[String],
+) -> Result<(Vec<NamespaceInfo>, Effects), ApiError> {
+    {
         for n in names.iter() {
             if m.namespace(n).is_none() {
                 return Err(ApiError::from(ModelError::UnknownNamespace(n.clone())));
@@ -339,18 +348,18 @@ pub async fn netid_op(
         let before = m.clone();
         let mut affected = topology::Affected::none();
         let result: Result<(), Box<ModelError>> = (|| {
-            match &op {
+            match op {
                 NetIdOp::Join { to } => {
                     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                     affected.merge(m.join(&refs, to).map_err(Box::new)?);
                 }
                 NetIdOp::Isolate => {
-                    for n in &names {
+                    for n in names {
                         affected.merge(m.isolate(n).map_err(Box::new)?);
                     }
                 }
                 NetIdOp::Global => {
-                    for n in &names {
+                    for n in names {
                         affected.merge(m.make_global(n).map_err(Box::new)?);
                     }
                 }
@@ -364,7 +373,7 @@ pub async fn netid_op(
         let infos: Vec<NamespaceInfo> = names.iter().filter_map(|n| m.namespace(n)).collect();
         let mut changes: Vec<_> = names.iter().map(|n| namespace_change(m, n)).collect();
         changes.push(cursors_change(m));
-        let what = match &op {
+        let what = match op {
             NetIdOp::Join { to } => format!("joined to {to}"),
             NetIdOp::Isolate => "isolated".to_string(),
             NetIdOp::Global => "made global".to_string(),
@@ -388,8 +397,7 @@ pub async fn netid_op(
                 events,
             },
         ))
-    })
-    .await
+    }
 }
 
 /// Names follow Kubernetes' DNS-1123 label/subdomain rules (lower-case, digits, '-', '.').

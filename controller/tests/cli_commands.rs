@@ -66,14 +66,17 @@ impl Fake {
                 admin::NetNamespace {
                     name: "default".into(),
                     netid: 0,
+                    ..Default::default()
                 },
                 admin::NetNamespace {
                     name: "blue".into(),
                     netid: 11,
+                    ..Default::default()
                 },
                 admin::NetNamespace {
                     name: "red".into(),
                     netid: 12,
+                    ..Default::default()
                 },
             ],
             pods: vec![
@@ -110,6 +113,7 @@ fn pod(ns: &str, name: &str, node: &str, ip: &str, ofport: u32, netid: u32) -> a
         ofport,
         netid,
         port_name: format!("veth-{name}"),
+        ..Default::default()
     }
 }
 
@@ -201,7 +205,11 @@ impl Admin for Fake {
                 "namespace {name:?} already exists"
             )));
         }
-        let ns = admin::NetNamespace { name, netid: 13 };
+        let ns = admin::NetNamespace {
+            name,
+            netid: 13,
+            ..Default::default()
+        };
         s.namespaces.push(ns.clone());
         Ok(Response::new(ns))
     }
@@ -344,6 +352,7 @@ impl Admin for Fake {
             .map(|(i, n)| admin::NetNamespace {
                 name: n.clone(),
                 netid: 100 + i as u32,
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(admin::NetNamespaceList { items }))
@@ -361,6 +370,7 @@ impl Admin for Fake {
             .map(|n| admin::NetNamespace {
                 name: n.clone(),
                 netid: 0,
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(admin::NetNamespaceList { items }))
@@ -519,6 +529,43 @@ impl Admin for Fake {
             }),
         ];
         Ok(Response::new(tokio_stream::iter(events)))
+    }
+
+    // NetworkPolicy and label calls are tested against the real controller
+    // (tests/netpol_cli.rs); this fake does not serve them.
+    async fn apply_network_policy(
+        &self,
+        _: Request<admin::NetworkPolicy>,
+    ) -> Result<Response<admin::ApplyNetworkPolicyReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn delete_network_policy(
+        &self,
+        _: Request<admin::PolicyRef>,
+    ) -> Result<Response<admin::Empty>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn list_network_policies(
+        &self,
+        _: Request<admin::ListNetworkPoliciesRequest>,
+    ) -> Result<Response<admin::NetworkPolicyList>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn label_namespace(
+        &self,
+        _: Request<admin::LabelRequest>,
+    ) -> Result<Response<admin::LabelReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn label_pod(
+        &self,
+        _: Request<admin::LabelRequest>,
+    ) -> Result<Response<admin::LabelReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
     }
 }
 
@@ -970,14 +1017,16 @@ fn pod_attach_prints_ip_and_sends_fields() {
                 namespace: "blue".into(),
                 name: "api".into(),
                 port_name: "veth77".into(),
-                ofport: 77
+                ofport: 77,
+                ..Default::default()
             }),
             Got::Attach(admin::AttachPodRequest {
                 node: "node-1".into(),
                 namespace: "red".into(),
                 name: "cache".into(),
                 port_name: "veth78".into(),
-                ofport: 0
+                ofport: 0,
+                ..Default::default()
             }),
         ]
     );
@@ -1101,13 +1150,15 @@ fn adm_pod_network_requests_and_output() {
         vec![
             Got::Join(admin::JoinProjectsRequest {
                 to: "blue".into(),
-                namespaces: vec!["red".into(), "default".into()]
+                namespaces: vec!["red".into(), "default".into()],
+                ..Default::default()
             }),
             Got::Isolate(vec!["red".into(), "blue".into()]),
             Got::Global(vec!["default".into()]),
             Got::Join(admin::JoinProjectsRequest {
                 to: "blue".into(),
-                namespaces: vec!["nosuch".into()]
+                namespaces: vec!["nosuch".into()],
+                ..Default::default()
             }),
         ]
     );

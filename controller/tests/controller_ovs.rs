@@ -47,6 +47,7 @@ async fn populate(admin: &mut proto::admin::admin_client::AdminClient<tonic::tra
                 name: format!("{node}-{port}"),
                 port_name: OvsSandbox::port_name(node, port),
                 ofport,
+                ..Default::default()
             })
             .await
             .expect("attach pod");
@@ -106,6 +107,7 @@ async fn bridges_hold_exactly_the_desired_flows_and_follow_netid_changes() {
         .join_projects(pa::JoinProjectsRequest {
             to: "ns1".into(),
             namespaces: vec!["ns2".into()],
+            ..Default::default()
         })
         .await
         .expect("join");
@@ -119,6 +121,7 @@ async fn bridges_hold_exactly_the_desired_flows_and_follow_netid_changes() {
     admin
         .isolate_projects(pa::ProjectsRequest {
             namespaces: vec!["ns2".into()],
+            ..Default::default()
         })
         .await
         .expect("isolate");
@@ -126,6 +129,7 @@ async fn bridges_hold_exactly_the_desired_flows_and_follow_netid_changes() {
     admin
         .make_projects_global(pa::ProjectsRequest {
             namespaces: vec!["ns3".into()],
+            ..Default::default()
         })
         .await
         .expect("global");
@@ -455,6 +459,7 @@ async fn a_refusing_switch_is_reported_and_does_not_stop_the_others() {
             name: "bad".into(),
             port_name: "node-a-bad".into(),
             ofport: 0xff00,
+            ..Default::default()
         })
         .await
         .expect_err("the switch must refuse the pod's flows");
@@ -488,6 +493,7 @@ async fn a_refusing_switch_is_reported_and_does_not_stop_the_others() {
             name: "fine".into(),
             port_name: OvsSandbox::port_name("node-b", "p1"),
             ofport: 5,
+            ..Default::default()
         })
         .await
         .expect("node-b still takes changes");

@@ -459,10 +459,11 @@ impl UdpEcho {
             .name(format!("udp-echo-{ns}"))
             .spawn(move || {
                 let bound = enter_netns(&ns_owned).and_then(|()| {
-                    let s = std::net::UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
-                        context: format!("bind UDP {addr} in {ns_owned}"),
-                        source,
-                    })?;
+                    let s =
+                        std::net::UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
+                            context: format!("bind UDP {addr} in {ns_owned}"),
+                            source,
+                        })?;
                     s.set_read_timeout(Some(Duration::from_millis(100)))
                         .map_err(|source| HarnessError::Net {
                             context: "UDP read timeout".into(),

@@ -12,7 +12,9 @@ use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use flowmesh_tests::cni::{add_pod_via_cni, start_shim, CniPod, NodeShim};
-use flowmesh_tests::e2e::{tcp_probe, udp_probe, ControllerOptions, LabController, TcpServer, UdpEcho};
+use flowmesh_tests::e2e::{
+    tcp_probe, udp_probe, ControllerOptions, LabController, TcpServer, UdpEcho,
+};
 use flowmesh_tests::NetnsLab;
 
 const TCP_PORT: u16 = 8080;
@@ -35,9 +37,12 @@ impl Cluster {
             .seed_neighbors(true)
             .start()
             .expect("lab");
-        let ctl = LabController::start(&lab, &ControllerOptions::networkpolicy()).expect("controller");
+        let ctl =
+            LabController::start(&lab, &ControllerOptions::networkpolicy()).expect("controller");
         let so = ctl.shim_options();
-        let shims = (1..=3).map(|i| start_shim(&lab, i, &so).expect("shim")).collect();
+        let shims = (1..=3)
+            .map(|i| start_shim(&lab, i, &so).expect("shim"))
+            .collect();
         let c = Cluster {
             servers: Vec::new(),
             echoes: Vec::new(),
@@ -46,13 +51,20 @@ impl Cluster {
             shims,
         };
         c.ctl
-            .wait_synced(&c.lab, &["node1", "node2", "node3"], Duration::from_secs(30))
+            .wait_synced(
+                &c.lab,
+                &["node1", "node2", "node3"],
+                Duration::from_secs(30),
+            )
             .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
         c
     }
 
     fn fail(&self, what: &str) -> ! {
-        panic!("{what}\n---- controller log ----\n{}", self.ctl.log_tail(40));
+        panic!(
+            "{what}\n---- controller log ----\n{}",
+            self.ctl.log_tail(40)
+        );
     }
 
     fn ctl(&self, args: &[&str]) -> String {
@@ -62,7 +74,10 @@ impl Cluster {
     }
 
     fn apply(&self, name: &str, yaml: &str) {
-        let path = std::env::temp_dir().join(format!("flowmesh-e2e-netpol-{}-{name}.yaml", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "flowmesh-e2e-netpol-{}-{name}.yaml",
+            std::process::id()
+        ));
         std::fs::write(&path, yaml).expect("write manifest");
         let p = path.to_string_lossy().to_string();
         self.ctl(&["apply", "-f", &p]);
@@ -92,16 +107,27 @@ impl Cluster {
 fn tcp(a: &CniPod, b: &CniPod) -> bool {
     // Two tries: the first packet to a freshly learned destination may be lost in the lab.
     (0..2).any(|_| {
-        tcp_probe(&a.ns, SocketAddrV4::new(b.ip, TCP_PORT), b"hello", Duration::from_millis(700))
-            .expect("tcp probe")
-            .is_some_and(|r| !r.is_empty())
+        tcp_probe(
+            &a.ns,
+            SocketAddrV4::new(b.ip, TCP_PORT),
+            b"hello",
+            Duration::from_millis(700),
+        )
+        .expect("tcp probe")
+        .is_some_and(|r| !r.is_empty())
     })
 }
 
 fn udp(a: &CniPod, b: &CniPod) -> bool {
-    udp_probe(&a.ns, SocketAddrV4::new(b.ip, UDP_PORT), b"ping", 3, Duration::from_millis(300))
-        .expect("udp probe")
-        .is_some()
+    udp_probe(
+        &a.ns,
+        SocketAddrV4::new(b.ip, UDP_PORT),
+        b"ping",
+        3,
+        Duration::from_millis(300),
+    )
+    .expect("udp probe")
+    .is_some()
 }
 
 #[test]
@@ -120,7 +146,13 @@ fn networkpolicy_with_real_packets() {
     let x1 = c.add_pod(1, "other", "x-1", &[]);
 
     // No policy: everything is open.
-    for (a, b) in [(&ci1, &web1), (&ci1, &web2), (&x1, &web1), (&web1, &x1), (&ci2, &x1)] {
+    for (a, b) in [
+        (&ci1, &web1),
+        (&ci1, &web2),
+        (&x1, &web1),
+        (&web1, &x1),
+        (&ci2, &x1),
+    ] {
         assert!(tcp(a, b), "open: {} -> {}", a.ns, b.ns);
     }
     assert!(udp(&x1, &web2), "open UDP");
@@ -136,7 +168,10 @@ fn networkpolicy_with_real_packets() {
     }
     assert!(!udp(&x1, &web2), "default deny: UDP passed");
     // shop's egress is not isolated, and the replies of its connections come back in.
-    assert!(tcp(&web1, &x1), "web-1 -> x-1 (reply must pass the ingress deny)");
+    assert!(
+        tcp(&web1, &x1),
+        "web-1 -> x-1 (reply must pass the ingress deny)"
+    );
     assert!(tcp(&web2, &ci2), "web-2 -> ci-2 across nodes");
     assert!(udp(&web1, &ci1), "web-1 -> ci-1 UDP reply");
 
@@ -168,9 +203,14 @@ fn networkpolicy_with_real_packets() {
         .expect("outside server");
     let out_probe = |p: &CniPod| {
         (0..2).any(|_| {
-            tcp_probe(&p.ns, SocketAddrV4::new(outside, OUTSIDE_PORT), b"hi", Duration::from_millis(700))
-                .expect("probe")
-                .is_some_and(|r| !r.is_empty())
+            tcp_probe(
+                &p.ns,
+                SocketAddrV4::new(outside, OUTSIDE_PORT),
+                b"hi",
+                Duration::from_millis(700),
+            )
+            .expect("probe")
+            .is_some_and(|r| !r.is_empty())
         })
     };
     assert!(out_probe(&ci1), "outside reachable before egress policy");
@@ -186,8 +226,14 @@ fn networkpolicy_with_real_packets() {
     );
     assert!(tcp(&ci1, &web1), "egress to web allowed");
     assert!(!tcp(&ci1, &x1), "egress to other denied");
-    assert!(!udp(&ci2, &web1), "egress UDP to web denied (only TCP 8080)");
-    assert!(out_probe(&ci2), "egress to the outside host allowed by ipBlock");
+    assert!(
+        !udp(&ci2, &web1),
+        "egress UDP to web denied (only TCP 8080)"
+    );
+    assert!(
+        out_probe(&ci2),
+        "egress to the outside host allowed by ipBlock"
+    );
     c.ctl(&["delete", "networkpolicy", "tools/egress"]);
     c.apply(
         "egress2",
@@ -195,8 +241,17 @@ fn networkpolicy_with_real_packets() {
          namespace: tools\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  \
          - to:\n    - ipBlock:\n        cidr: 10.128.0.0/14\n",
     );
-    assert!(!out_probe(&ci2), "egress to the outside host denied (not in the ipBlock)");
-    assert!(tcp(&ci2, &x1), "egress inside the cluster allowed by the ipBlock");
-    assert!(!outside_srv.peers().is_empty(), "the outside host saw the allowed connections");
+    assert!(
+        !out_probe(&ci2),
+        "egress to the outside host denied (not in the ipBlock)"
+    );
+    assert!(
+        tcp(&ci2, &x1),
+        "egress inside the cluster allowed by the ipBlock"
+    );
+    assert!(
+        !outside_srv.peers().is_empty(),
+        "the outside host saw the allowed connections"
+    );
     drop(c);
 }

@@ -10,12 +10,13 @@ use super::args::TraceDestination;
 use super::client::Conn;
 use super::errors::{CliError, Operation, Target};
 use super::output::{
-    self, ClusterNetworkView, EventView, HostSubnetView, NetNamespaceView, OutputError,
-    OutputFormat, PodView, SwitchView, TraceView,
+    self, ClusterNetworkView, EventView, HostSubnetView, NetNamespaceView, NetworkPolicyView,
+    OutputError, OutputFormat, PodView, SwitchView, TraceView,
 };
 use super::{
-    AdmCommand, ApplyArgs, Cli, Command, DumpFlowsArgs, GetArgs, NamespaceCommand, NodeCommand,
-    PodCommand, PodNetworkCommand, Resource, TraceArgs,
+    AdmCommand, ApplyArgs, Cli, Command, DeleteArgs, DeleteKind, DumpFlowsArgs, GetArgs,
+    LabelCommand, NamespaceCommand, NodeCommand, PodCommand, PodNetworkCommand, Resource,
+    TraceArgs,
 };
 use crate::manifest;
 
@@ -51,6 +52,117 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Trace(t) => trace(&s, t).await,
         Command::Events(e) => events(&s, e.watch, e.output).await,
         Command::OfpPrint { hex } => ofp_print(hex),
+        Command::Label(c) => label(&s, c).await,
+        Command::Delete(d) => delete(&s, d).await,
+    }
+}
+
+/// `KEY=VALUE` and `KEY-` arguments as a label request's `set` and `remove`.
+pub fn label_edits(
+    args: &[String],
+) -> Result<(std::collections::HashMap<String, String>, Vec<String>), String> {
+    let mut set = std::collections::HashMap::new();
+    let mut remove = Vec::new();
+    for a in args {
+        if let Some((k, v)) = a.split_once('=') {
+            if k.is_empty() {
+                return Err(format!("{a:?}: the label key is empty (write KEY=VALUE)"));
+            }
+            if set.insert(k.to_string(), v.to_string()).is_some() {
+                return Err(format!("label {k:?} is given twice"));
+            }
+        } else if let Some(k) = a.strip_suffix('-') {
+            if k.is_empty() {
+                return Err(format!("{a:?}: the label key is empty (write KEY-)"));
+            }
+            remove.push(k.to_string());
+        } else {
+            return Err(format!(
+                "{a:?} is neither KEY=VALUE (set a label) nor KEY- (remove it)"
+            ));
+        }
+    }
+    Ok((set, remove))
+}
+
+async fn label(s: &Session, c: LabelCommand) -> Result<(), CliError> {
+    let (is_pod, namespace, name, labels, overwrite, shown) = match c {
+        LabelCommand::Pod {
+            pod,
+            labels,
+            overwrite,
+        } => {
+            let shown = format!("pod/{pod}");
+            (true, pod.namespace, pod.name, labels, overwrite, shown)
+        }
+        LabelCommand::Namespace {
+            name,
+            labels,
+            overwrite,
+        } => {
+            let shown = format!("namespace/{name}");
+            (false, String::new(), name, labels, overwrite, shown)
+        }
+    };
+    let target = Target::Object {
+        kind: if is_pod { "pod" } else { "namespace" },
+        name: if is_pod {
+            format!("{namespace}/{name}")
+        } else {
+            name.clone()
+        },
+        command: if is_pod {
+            "label pod"
+        } else {
+            "label namespace"
+        },
+    };
+    let op = || Operation::new("label", target.clone());
+    let (set, remove) = label_edits(&labels).map_err(|detail| CliError::Input {
+        op: Box::new(op()),
+        detail,
+    })?;
+    let conn = s.conn().await?;
+    let req = conn.request(admin::LabelRequest {
+        namespace,
+        name,
+        set,
+        remove,
+        overwrite,
+    });
+    let reply = if is_pod {
+        conn.call(op(), conn.client.clone().label_pod(req)).await?
+    } else {
+        conn.call(op(), conn.client.clone().label_namespace(req))
+            .await?
+    };
+    if reply.changed {
+        print(&format!("{shown} labeled\n"))
+    } else {
+        print(&format!("{shown} not labeled\n"))
+    }
+}
+
+async fn delete(s: &Session, d: DeleteArgs) -> Result<(), CliError> {
+    match d.kind {
+        DeleteKind::Networkpolicy => {
+            let conn = s.conn().await?;
+            let op = Operation::new(
+                "delete",
+                Target::Object {
+                    kind: "networkpolicy",
+                    name: d.name.to_string(),
+                    command: "delete networkpolicy",
+                },
+            );
+            let req = conn.request(admin::PolicyRef {
+                namespace: d.name.namespace.clone(),
+                name: d.name.name.clone(),
+            });
+            conn.call(op, conn.client.clone().delete_network_policy(req))
+                .await?;
+            print(&format!("networkpolicy/{} deleted\n", d.name))
+        }
     }
 }
 
@@ -176,6 +288,7 @@ async fn pod(s: &Session, c: PodCommand) -> Result<(), CliError> {
                 name: name.clone(),
                 port_name: port,
                 ofport: ofport.unwrap_or(0),
+                ..Default::default()
             });
             let op = Operation::new(
                 "attach",
@@ -315,6 +428,27 @@ async fn get(s: &Session, g: GetArgs) -> Result<(), CliError> {
             v.sort_by(|a, b| (a.unknown, &a.node, &a.dpid).cmp(&(b.unknown, &b.node, &b.dpid)));
             print_list(&select(v, &g.names, |sw| &sw.node, "switches")?, f)
         }
+        Resource::Networkpolicies => {
+            let conn = s.conn().await?;
+            let req = conn.request(admin::ListNetworkPoliciesRequest {
+                namespace: g.namespace.clone().unwrap_or_default(),
+            });
+            let reply = conn
+                .call(
+                    list("networkpolicies"),
+                    conn.client.clone().list_network_policies(req),
+                )
+                .await?;
+            let v: Vec<NetworkPolicyView> =
+                reply.items.iter().map(NetworkPolicyView::from).collect();
+            let v = select(
+                v,
+                &g.names,
+                |p| p.0.metadata.name.as_deref().unwrap_or_default(),
+                "networkpolicies",
+            )?;
+            print_list(&v, f)
+        }
         Resource::Clusternetwork => {
             let conn = s.conn().await?;
             let req = conn.request(admin::Empty {});
@@ -336,13 +470,16 @@ async fn pod_network(s: &Session, c: PodNetworkCommand) -> Result<(), CliError> 
         PodNetworkCommand::JoinProjects {
             to,
             projects,
+            selector,
             output,
         } => {
             let mut all = vec![to.clone()];
             all.extend(projects.iter().cloned());
+            all.extend(selector.iter().map(|s| format!("-l {s}")));
             let req = conn.request(admin::JoinProjectsRequest {
                 to,
                 namespaces: projects,
+                selector: selector.unwrap_or_default(),
             });
             let op = Operation::new("join", Target::Namespaces(all));
             (
@@ -351,22 +488,38 @@ async fn pod_network(s: &Session, c: PodNetworkCommand) -> Result<(), CliError> 
                 output,
             )
         }
-        PodNetworkCommand::IsolateProjects { projects, output } => {
+        PodNetworkCommand::IsolateProjects {
+            projects,
+            selector,
+            output,
+        } => {
             let req = conn.request(admin::ProjectsRequest {
                 namespaces: projects.clone(),
+                selector: selector.clone().unwrap_or_default(),
             });
-            let op = Operation::new("isolate", Target::Namespaces(projects));
+            let op = Operation::new(
+                "isolate",
+                Target::Namespaces(with_selector(projects, selector)),
+            );
             (
                 conn.call(op, conn.client.clone().isolate_projects(req))
                     .await?,
                 output,
             )
         }
-        PodNetworkCommand::MakeProjectsGlobal { projects, output } => {
+        PodNetworkCommand::MakeProjectsGlobal {
+            projects,
+            selector,
+            output,
+        } => {
             let req = conn.request(admin::ProjectsRequest {
                 namespaces: projects.clone(),
+                selector: selector.clone().unwrap_or_default(),
             });
-            let op = Operation::new("make global", Target::Namespaces(projects));
+            let op = Operation::new(
+                "make global",
+                Target::Namespaces(with_selector(projects, selector)),
+            );
             (
                 conn.call(op, conn.client.clone().make_projects_global(req))
                     .await?,
@@ -376,6 +529,12 @@ async fn pod_network(s: &Session, c: PodNetworkCommand) -> Result<(), CliError> 
     };
     let v: Vec<NetNamespaceView> = reply.items.iter().map(NetNamespaceView::from).collect();
     print_list(&v, f)
+}
+
+/// The names for an error message: the projects, or `-l SELECTOR`.
+fn with_selector(mut projects: Vec<String>, selector: Option<String>) -> Vec<String> {
+    projects.extend(selector.map(|s| format!("-l {s}")));
+    projects
 }
 
 async fn apply(s: &Session, a: ApplyArgs) -> Result<(), CliError> {

@@ -35,6 +35,16 @@ pub enum Target {
     Events,
     /// The cluster network config.
     ClusterNetwork,
+    /// Any other object: its kind (`networkpolicy`, `pod`), name, and the `flowmeshctl`
+    /// command that acts on it (for `--help` hints).
+    Object {
+        /// Kind, as `flowmeshctl` spells it.
+        kind: &'static str,
+        /// Name (`NS/NAME` for namespaced objects).
+        name: String,
+        /// The subcommand, e.g. `label pod`.
+        command: &'static str,
+    },
 }
 
 impl fmt::Display for Target {
@@ -52,6 +62,7 @@ impl fmt::Display for Target {
             Target::Manifest(file) => write!(f, "{file}"),
             Target::Events => write!(f, "events"),
             Target::ClusterNetwork => write!(f, "cluster network"),
+            Target::Object { kind, name, .. } => write!(f, "{kind} {name:?}"),
         }
     }
 }
@@ -258,6 +269,14 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
                 "fix the manifest and apply it again".into()
             }
         }
+        // The controller's message may say what to do already.
+        (Code::NotFound, Target::Object { .. }) if message.contains("flowmeshctl") => {
+            return None
+        }
+        (Code::NotFound, Target::Object { kind, .. }) => match kind.strip_suffix('y') {
+            Some(stem) => format!("list them with: flowmeshctl get {stem}ies"),
+            None => format!("list them with: flowmeshctl get {kind}s"),
+        },
         (Code::AlreadyExists, Target::Namespace(n)) => {
             format!("it exists already; see it with: flowmeshctl get netnamespaces {n}")
         }
@@ -338,6 +357,7 @@ fn command_of(op: &Operation) -> &'static str {
         (Target::Flows(_), _) => "dump-flows",
         (Target::Trace, _) => "trace",
         (Target::Manifest(_), _) => "apply",
+        (Target::Object { command, .. }, _) => command,
     }
 }
 

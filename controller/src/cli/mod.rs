@@ -45,7 +45,8 @@ pub enum Command {
     /// Attach or detach pods (what the node shim does on CNI ADD/DEL).
     #[command(subcommand)]
     Pod(PodCommand),
-    /// List objects: hostsubnets, netnamespaces, pods, switches, clusternetwork, events.
+    /// List objects: hostsubnets, netnamespaces, pods, networkpolicies, switches,
+    /// clusternetwork, events.
     Get(GetArgs),
     /// Administrative commands (`adm pod-network ...`).
     #[command(subcommand)]
@@ -58,6 +59,12 @@ pub enum Command {
     Trace(TraceArgs),
     /// Print controller events (with --watch, follow them).
     Events(EventsArgs),
+    /// Add, change or remove labels of a pod or a namespace, as `kubectl label` does:
+    /// KEY=VALUE sets, KEY- removes; changing a value needs --overwrite.
+    #[command(subcommand)]
+    Label(LabelCommand),
+    /// Delete an object by kind and name (`delete networkpolicy NS/NAME`).
+    Delete(DeleteArgs),
     /// Decode OpenFlow messages given as hex (one message or a stream) and print them as
     /// `ovs-ofctl ofp-print` does. Needs no controller.
     OfpPrint {
@@ -65,6 +72,53 @@ pub enum Command {
         /// With no argument, hex is read from standard input.
         hex: Vec<String>,
     },
+}
+
+/// `label ...`
+#[derive(Debug, Subcommand)]
+pub enum LabelCommand {
+    /// Label a pod.
+    #[command(visible_alias = "po")]
+    Pod {
+        /// The pod, NAMESPACE/POD.
+        pod: PodName,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(required = true)]
+        labels: Vec<String>,
+        /// Allow changing the value of a label that is set.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Label a namespace.
+    #[command(visible_alias = "ns")]
+    Namespace {
+        /// Namespace name.
+        name: String,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(required = true)]
+        labels: Vec<String>,
+        /// Allow changing the value of a label that is set.
+        #[arg(long)]
+        overwrite: bool,
+    },
+}
+
+/// Kinds of `delete`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeleteKind {
+    /// A NetworkPolicy, NAMESPACE/NAME.
+    #[value(aliases = ["networkpolicies", "netpol"])]
+    Networkpolicy,
+}
+
+/// `delete KIND NAME`
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// What to delete.
+    #[arg(value_enum)]
+    pub kind: DeleteKind,
+    /// The object: NAMESPACE/NAME for a NetworkPolicy.
+    pub name: PodName,
 }
 
 /// `node ...`
@@ -167,6 +221,9 @@ pub enum Resource {
     /// Controller events.
     #[value(aliases = ["event", "ev"])]
     Events,
+    /// NetworkPolicies (with -n, of one namespace).
+    #[value(aliases = ["networkpolicy", "netpol"])]
+    Networkpolicies,
 }
 
 /// `get KIND [NAME...]`
@@ -177,7 +234,7 @@ pub struct GetArgs {
     pub resource: Resource,
     /// Only these objects (an unknown name is an error).
     pub names: Vec<String>,
-    /// Only pods of this namespace.
+    /// Only pods or NetworkPolicies of this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// For events: keep following new events.
@@ -205,8 +262,11 @@ pub enum PodNetworkCommand {
         #[arg(long)]
         to: String,
         /// Projects to join.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
         projects: Vec<String>,
+        /// Instead of names: the projects whose labels match this selector (e.g. team=a).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
         /// Output format.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: OutputFormat,
@@ -214,8 +274,11 @@ pub enum PodNetworkCommand {
     /// Give each project a NETID of its own.
     IsolateProjects {
         /// Projects to isolate.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
         projects: Vec<String>,
+        /// Instead of names: the projects whose labels match this selector (e.g. team=a).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
         /// Output format.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: OutputFormat,
@@ -223,8 +286,11 @@ pub enum PodNetworkCommand {
     /// Give the projects NETID 0: they reach and are reached by every pod.
     MakeProjectsGlobal {
         /// Projects to make global.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
         projects: Vec<String>,
+        /// Instead of names: the projects whose labels match this selector (e.g. team=a).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
         /// Output format.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: OutputFormat,

@@ -8,6 +8,7 @@
 
 use proto::admin;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// How `flowmeshctl` prints objects (`-o`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -72,6 +73,33 @@ pub struct PodView {
     pub netid: u32,
     /// OVS port name.
     pub port_name: String,
+    /// `metadata.labels` (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Named container ports (left out when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<ContainerPortView>,
+}
+
+/// A named container port as printed (Kubernetes field names).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerPortView {
+    /// Port name.
+    pub name: String,
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+    /// Port number.
+    pub container_port: u32,
+}
+
+/// Labels as `k=v,k2=v2` (empty when none; tables print `<none>`).
+pub fn labels_cell(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl From<&admin::Pod> for PodView {
@@ -85,6 +113,16 @@ impl From<&admin::Pod> for PodView {
             ofport: p.ofport,
             netid: p.netid,
             port_name: p.port_name.clone(),
+            labels: p.labels.clone().into_iter().collect(),
+            ports: p
+                .ports
+                .iter()
+                .map(|c| ContainerPortView {
+                    name: c.name.clone(),
+                    protocol: c.protocol.clone(),
+                    container_port: c.container_port,
+                })
+                .collect(),
         }
     }
 }
@@ -93,7 +131,7 @@ impl Tabular for PodView {
     fn headers(wide: bool) -> Vec<&'static str> {
         let mut h = vec!["NAMESPACE", "NAME", "NODE", "IP", "MAC", "OFPORT", "NETID"];
         if wide {
-            h.push("PORT");
+            h.extend(["PORT", "LABELS"]);
         }
         h
     }
@@ -109,6 +147,7 @@ impl Tabular for PodView {
         ];
         if wide {
             r.push(self.port_name.clone());
+            r.push(labels_cell(&self.labels));
         }
         r
     }
@@ -173,6 +212,9 @@ pub struct NetNamespaceView {
     pub name: String,
     /// NETID (0 = global).
     pub netid: u32,
+    /// `metadata.labels` (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl From<&admin::NetNamespace> for NetNamespaceView {
@@ -180,16 +222,68 @@ impl From<&admin::NetNamespace> for NetNamespaceView {
         NetNamespaceView {
             name: n.name.clone(),
             netid: n.netid,
+            labels: n.labels.clone().into_iter().collect(),
         }
     }
 }
 
 impl Tabular for NetNamespaceView {
-    fn headers(_wide: bool) -> Vec<&'static str> {
-        vec!["NAME", "NETID"]
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["NAME", "NETID"];
+        if wide {
+            h.push("LABELS");
+        }
+        h
     }
-    fn row(&self, _wide: bool) -> Vec<String> {
-        vec![self.name.clone(), self.netid.to_string()]
+    fn row(&self, wide: bool) -> Vec<String> {
+        let mut r = vec![self.name.clone(), self.netid.to_string()];
+        if wide {
+            r.push(labels_cell(&self.labels));
+        }
+        r
+    }
+}
+
+/// A NetworkPolicy as printed: a Kubernetes `networking.k8s.io/v1` object in JSON/YAML (so
+/// the output can be applied again), `NAMESPACE NAME POD-SELECTOR` in tables.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct NetworkPolicyView(pub k8s_openapi::api::networking::v1::NetworkPolicy);
+
+impl From<&admin::NetworkPolicy> for NetworkPolicyView {
+    fn from(p: &admin::NetworkPolicy) -> Self {
+        NetworkPolicyView(crate::netpol::proto_to_k8s(p))
+    }
+}
+
+impl Tabular for NetworkPolicyView {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["NAMESPACE", "NAME", "POD-SELECTOR"];
+        if wide {
+            h.extend(["POLICY-TYPES", "INGRESS", "EGRESS"]);
+        }
+        h
+    }
+    fn row(&self, wide: bool) -> Vec<String> {
+        let m = &self.0.metadata;
+        let spec = self.0.spec.clone().unwrap_or_default();
+        let selector = spec
+            .pod_selector
+            .as_ref()
+            .and_then(|s| crate::netpol::selector(s, "spec.podSelector").ok())
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let mut r = vec![
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+            selector,
+        ];
+        if wide {
+            r.push(spec.policy_types.unwrap_or_default().join(","));
+            r.push(spec.ingress.map_or(0, |v| v.len()).to_string());
+            r.push(spec.egress.map_or(0, |v| v.len()).to_string());
+        }
+        r
     }
 }
 
@@ -615,6 +709,7 @@ mod tests {
             ofport: 5,
             netid: 42,
             port_name: "veth5".into(),
+            ..Default::default()
         }
     }
 
@@ -652,7 +747,7 @@ mod tests {
         assert!(w
             .lines()
             .next()
-            .is_some_and(|l| l.ends_with("NETID   PORT")));
+            .is_some_and(|l| l.contains("NETID   PORT") && l.ends_with("LABELS")));
         assert!(w.contains("veth5"));
     }
 
@@ -700,6 +795,7 @@ mod tests {
         let v = vec![NetNamespaceView {
             name: "a".into(),
             netid: 0,
+            labels: BTreeMap::new(),
         }];
         let y = render_list(&v, OutputFormat::Yaml).expect("renders");
         assert_eq!(y, "- name: a\n  netid: 0\n");

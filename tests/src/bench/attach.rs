@@ -180,6 +180,7 @@ async fn run(switches: u32, per_node: u32) -> Result<(), String> {
                     name: format!("pod-{i}-{p}"),
                     port_name: OvsSandbox::port_name(&format!("n{i}"), &format!("p{p}")),
                     ofport: 3 + p,
+                    ..Default::default()
                 })
                 .await
                 .map_err(|e| format!("attach: {}", e.message()))?;

@@ -421,14 +421,14 @@ fn rule_conjs(
     };
     let peer_opt = |d: &BTreeSet<Clause>| if peers.any { None } else { Some(d.clone()) };
     if rule.ports.is_empty() {
-        push(base, targets, peer_opt(&peer_dim), None);
+        push(base, targets, peer_opt(peer_dim), None);
         return;
     }
     if !numeric.is_empty() {
         push(
             format!("{base}/n"),
             targets.clone(),
-            peer_opt(&peer_dim),
+            peer_opt(peer_dim),
             Some(numeric),
         );
     }
@@ -447,7 +447,7 @@ fn rule_conjs(
             }
             for (i, (ports, pods)) in groups.into_iter().enumerate() {
                 let t = net_clauses(dir.target_field(), &pods);
-                push(format!("{base}/p{i}"), t, peer_opt(&peer_dim), Some(ports));
+                push(format!("{base}/p{i}"), t, peer_opt(peer_dim), Some(ports));
             }
         }
         Direction::Egress => {
