@@ -217,6 +217,7 @@ impl PodManager {
         drop(netns);
         undo.push(Undo::Veth(host.to_owned()));
         let link = self.nl.require_link(host).await.map_err(nl_err)?;
+        quiet_host_veth(host)?;
         self.nl.set_up(link.header.index).await.map_err(nl_err)?;
         let host_mac = link_mac(&link)
             .map(|m| mac_to_string(&m))
@@ -560,6 +561,34 @@ impl PodManager {
 
 /// Opens the pod's netns (closing it at once only checks it exists); a missing one is the
 /// spec's "unknown container".
+/// The host end of a pod's veth belongs to br0 only: the node's own IP stack must neither
+/// answer the pod's ARP (with `arp_ignore=8` it answers none; the gateway's MAC comes from
+/// tun0 through br0) nor route what the pod sends (`forwarding=0` on this interface), nor
+/// speak IPv6 on it. Otherwise, with a datapath that leaves the kernel a copy of each frame
+/// (the userspace datapath), a pod could reach the host, and through it the outside,
+/// around the flows on br0 — and around its egress NetworkPolicy.
+fn quiet_host_veth(host: &str) -> Result<(), CniError> {
+    for (path, value) in [
+        (format!("/proc/sys/net/ipv4/conf/{host}/arp_ignore"), "8"),
+        (format!("/proc/sys/net/ipv4/conf/{host}/forwarding"), "0"),
+        (format!("/proc/sys/net/ipv4/conf/{host}/accept_local"), "0"),
+        (format!("/proc/sys/net/ipv6/conf/{host}/disable_ipv6"), "1"),
+    ] {
+        if let Err(e) = std::fs::write(&path, value) {
+            // IPv6 may be disabled on the node altogether.
+            if path.contains("/ipv6/") && e.kind() == std::io::ErrorKind::NotFound {
+                continue;
+            }
+            return Err(CniError::new(
+                code::IO_FAILURE,
+                format!("cannot set {path}"),
+                e.to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn open_pod_netns(path: &str) -> Result<std::fs::File, CniError> {
     crate::netlink::open_netns(&PathBuf::from(path)).map_err(|e| {
         let c = if e.kind() == std::io::ErrorKind::NotFound {

@@ -9,7 +9,7 @@
 //! Run (root, Open vSwitch 3.1): `cargo test -p flowmesh-tests --test e2e_netpol -- --nocapture`.
 
 use std::net::SocketAddrV4;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowmesh_tests::cni::{add_pod_via_cni, start_shim, CniPod, NodeShim};
 use flowmesh_tests::e2e::{
@@ -130,6 +130,24 @@ fn udp(a: &CniPod, b: &CniPod) -> bool {
     .is_some()
 }
 
+/// Waits until `probe` answers `want` (a switch applies a change to packets of flows it has
+/// cached in its datapath only once its revalidators ran, shortly after the barrier), at most
+/// 5 s; prints how long the change took to show.
+fn settles(want: bool, what: &str, probe: impl Fn() -> bool) {
+    let t = Instant::now();
+    loop {
+        if probe() == want {
+            println!("{what}: after {:?}", t.elapsed());
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: not after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn networkpolicy_with_real_packets() {
     let mut c = Cluster::start();
@@ -164,16 +182,21 @@ fn networkpolicy_with_real_packets() {
          namespace: shop\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n",
     );
     for (a, b) in [(&ci1, &web1), (&ci1, &web2), (&x1, &web1), (&ci2, &web2)] {
-        assert!(!tcp(a, b), "default deny: {} -> {} passed", a.ns, b.ns);
+        settles(
+            false,
+            &format!("default deny: {} -> {}", a.ns, b.ns),
+            || tcp(a, b),
+        );
     }
-    assert!(!udp(&x1, &web2), "default deny: UDP passed");
+    settles(false, "default deny: UDP passed", || udp(&x1, &web2));
     // shop's egress is not isolated, and the replies of its connections come back in.
-    assert!(
-        tcp(&web1, &x1),
-        "web-1 -> x-1 (reply must pass the ingress deny)"
+    settles(
+        true,
+        "web-1 -> x-1 (reply must pass the ingress deny)",
+        || tcp(&web1, &x1),
     );
-    assert!(tcp(&web2, &ci2), "web-2 -> ci-2 across nodes");
-    assert!(udp(&web1, &ci1), "web-1 -> ci-1 UDP reply");
+    settles(true, "web-2 -> ci-2 across nodes", || tcp(&web2, &ci2));
+    settles(true, "web-1 -> ci-1 UDP reply", || udp(&web1, &ci1));
 
     // Allow from namespaces labelled team=tools to app=web on TCP 8080 and UDP 5353.
     c.apply(
@@ -183,19 +206,27 @@ fn networkpolicy_with_real_packets() {
          - from:\n    - namespaceSelector:\n        matchLabels:\n          team: tools\n    \
          ports:\n    - protocol: TCP\n      port: 8080\n    - protocol: UDP\n      port: 5353\n",
     );
-    assert!(tcp(&ci1, &web2), "same node, allowed");
-    assert!(tcp(&ci1, &web1), "across nodes, allowed");
-    assert!(tcp(&ci2, &web2), "across nodes, allowed");
-    assert!(udp(&ci2, &web1), "UDP allowed");
-    assert!(!tcp(&x1, &web1), "other namespace still denied (same node)");
-    assert!(!udp(&x1, &web2), "other namespace UDP still denied");
+    settles(true, "same node, allowed", || tcp(&ci1, &web2));
+    settles(true, "across nodes, allowed", || tcp(&ci1, &web1));
+    settles(true, "across nodes, allowed", || tcp(&ci2, &web2));
+    settles(true, "UDP allowed", || udp(&ci2, &web1));
+    settles(false, "other namespace still denied (same node)", || {
+        tcp(&x1, &web1)
+    });
+    settles(false, "other namespace UDP still denied", || {
+        udp(&x1, &web2)
+    });
 
     // A relabel closes the path to web-2 and reopens it.
     c.ctl(&["label", "pod", "shop/web-2", "app=db", "--overwrite"]);
-    assert!(!tcp(&ci1, &web2), "web-2 relabelled app=db: closed");
-    assert!(tcp(&ci1, &web1), "web-1 still open");
+    settles(false, "web-2 relabelled app=db: closed", || {
+        tcp(&ci1, &web2)
+    });
+    settles(true, "web-1 still open", || tcp(&ci1, &web1));
     c.ctl(&["label", "pod", "shop/web-2", "app=web", "--overwrite"]);
-    assert!(tcp(&ci1, &web2), "web-2 labelled app=web again: open");
+    settles(true, "web-2 labelled app=web again: open", || {
+        tcp(&ci1, &web2)
+    });
 
     // Egress: tools may reach only shop's web pods on 8080, and the outside host by ipBlock.
     let outside = c.lab.controller_ip();
@@ -213,7 +244,27 @@ fn networkpolicy_with_real_packets() {
             .is_some_and(|r| !r.is_empty())
         })
     };
-    assert!(out_probe(&ci1), "outside reachable before egress policy");
+    settles(true, "outside reachable before egress policy", || {
+        out_probe(&ci1)
+    });
+    // Egress confined to the cluster network: the outside host is denied, pods are not.
+    c.apply(
+        "egress-cluster",
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: egress\n  \
+         namespace: tools\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  \
+         - to:\n    - ipBlock:\n        cidr: 10.128.0.0/14\n",
+    );
+    settles(
+        false,
+        "egress to the outside host denied (not in the ipBlock)",
+        || out_probe(&ci2),
+    );
+    settles(
+        true,
+        "egress inside the cluster allowed by the ipBlock",
+        || tcp(&ci2, &x1),
+    );
+    // Egress to shop's web pods on 8080 and to the outside host only.
     c.apply(
         "egress",
         &format!(
@@ -224,34 +275,21 @@ fn networkpolicy_with_real_packets() {
              - to:\n    - ipBlock:\n        cidr: {outside}/32\n"
         ),
     );
-    assert!(tcp(&ci1, &web1), "egress to web allowed");
-    assert!(!tcp(&ci1, &x1), "egress to other denied");
-    assert!(
-        !udp(&ci2, &web1),
-        "egress UDP to web denied (only TCP 8080)"
-    );
-    assert!(
-        out_probe(&ci2),
-        "egress to the outside host allowed by ipBlock"
-    );
-    c.ctl(&["delete", "networkpolicy", "tools/egress"]);
-    c.apply(
-        "egress2",
-        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: egress\n  \
-         namespace: tools\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  \
-         - to:\n    - ipBlock:\n        cidr: 10.128.0.0/14\n",
-    );
-    assert!(
-        !out_probe(&ci2),
-        "egress to the outside host denied (not in the ipBlock)"
-    );
-    assert!(
-        tcp(&ci2, &x1),
-        "egress inside the cluster allowed by the ipBlock"
+    settles(true, "egress to web allowed", || tcp(&ci1, &web1));
+    settles(false, "egress to other denied", || tcp(&ci1, &x1));
+    settles(false, "egress UDP to web denied (only TCP 8080)", || {
+        udp(&ci2, &web1)
+    });
+    settles(
+        true,
+        "egress to the outside host allowed by the ipBlock",
+        || out_probe(&ci2),
     );
     assert!(
         !outside_srv.peers().is_empty(),
         "the outside host saw the allowed connections"
     );
+    c.ctl(&["delete", "networkpolicy", "tools/egress"]);
+    settles(true, "no egress policy: open again", || tcp(&ci1, &x1));
     drop(c);
 }
