@@ -220,6 +220,13 @@ pub async fn lookup_ofport(
 /// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows. An
 /// ofport of 0 is looked up on the node's switch by the port name.
 pub async fn attach_pod(core: &CoreHandle, mut pod: PodRequest) -> Result<PodInfo, ApiError> {
+    resolve_pod_ofport(core, &mut pod).await?;
+    pod.validate()?;
+    core.mutate(move |m| attach_pod_in(m, &pod)).await
+}
+
+/// An ofport of 0 is looked up on the node's switch by the pod's port name.
+pub async fn resolve_pod_ofport(core: &CoreHandle, pod: &mut PodRequest) -> Result<(), ApiError> {
     if pod.ofport == 0 && !pod.port_name.is_empty() {
         check_name("pod", &pod.name)?;
         // A missing namespace is the first thing to report, as when the ofport is given.
@@ -231,8 +238,7 @@ pub async fn attach_pod(core: &CoreHandle, mut pod: PodRequest) -> Result<PodInf
         }
         pod.ofport = lookup_ofport(core, &pod.node, &pod.port_name, None).await?;
     }
-    pod.validate()?;
-    core.mutate(move |m| attach_pod_in(m, &pod)).await
+    Ok(())
 }
 
 /// The model side of [`attach_pod`]; the pod's node must acknowledge.

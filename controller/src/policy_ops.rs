@@ -233,9 +233,10 @@ pub fn show(labels: &Labels) -> String {
 /// Attach a pod with its labels and named ports; returns once its switch acknowledged.
 pub async fn attach_pod_with(
     core: &CoreHandle,
-    pod: PodRequest,
+    mut pod: PodRequest,
     meta: PodMeta,
 ) -> Result<PodInfo, ApiError> {
+    ops::resolve_pod_ofport(core, &mut pod).await?;
     core.mutate(move |m| attach_pod_with_in(m, &pod, meta))
         .await
 }
