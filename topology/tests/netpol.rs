@@ -393,7 +393,9 @@ proptest! {
         for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
             cached.insert(n, fs);
         }
-        prop_assert_eq!(&cached, &all_flows(&m));
+        let full = all_flows(&m);
+        let differ: Vec<&String> = full.iter().filter(|(n, f)| cached.get(*n) != Some(f)).map(|(n, _)| n).collect();
+        prop_assert!(differ.is_empty(), "after relabel: nodes {:?} differ; affected {:?}; {:?}", differ, affected, differ.first().map(|n| FlowSet::diff(&cached[*n], &full[*n])));
         // A pod leaves, another comes, a namespace is relabelled: each recomputes only the
         // nodes it says it affected, and the result equals a full recompute.
         let gone = &pods[(which + 1) % pods.len()];
@@ -401,7 +403,7 @@ proptest! {
         for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
             cached.insert(n, fs);
         }
-        prop_assert_eq!(&cached, &all_flows(&m));
+        prop_assert_eq!(&cached, &all_flows(&m), "after delete");
         let (_, affected) = m
             .add_pod_with(
                 PodAttach {
@@ -417,14 +419,19 @@ proptest! {
         for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
             cached.insert(n, fs);
         }
-        prop_assert_eq!(&cached, &all_flows(&m));
+        prop_assert_eq!(&cached, &all_flows(&m), "after add");
+        let (_, affected) = m.add_namespace("late").expect("late namespace");
+        for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+            cached.insert(n, fs);
+        }
+        prop_assert_eq!(&cached, &all_flows(&m), "after late namespace");
         let affected = m
             .set_namespace_labels(&pod.key.namespace, [("app".to_string(), "b".to_string())].into())
             .expect("ns labels");
         for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
             cached.insert(n, fs);
         }
-        prop_assert_eq!(&cached, &all_flows(&m));
+        prop_assert_eq!(&cached, &all_flows(&m), "after namespace relabel");
         check(&m)?;
     }
 }

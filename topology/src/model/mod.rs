@@ -398,6 +398,7 @@ pub struct ClusterModel {
     node_epoch: u64,
     config_epoch: u64,
     policy_epoch: u64,
+    namespace_epoch: u64,
 }
 
 impl ClusterModel {
@@ -420,6 +421,7 @@ impl ClusterModel {
             node_epoch: 0,
             config_epoch: 0,
             policy_epoch: 0,
+            namespace_epoch: 0,
         })
     }
 

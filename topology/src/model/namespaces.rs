@@ -18,13 +18,29 @@ impl ClusterModel {
             })?
         };
         self.insert_namespace(name, netid);
+        self.namespace_epoch += 1;
+        // A namespace selector that matches no labels (`{}`, `NotIn`, `DoesNotExist`) selects
+        // the new namespace: its NETID joins those policies' peers.
+        let mut affected = Affected::none();
+        if self.is_policy_mode() && !self.policies.is_empty() {
+            self.policy_epoch += 1;
+            let none = Labels::new();
+            let hit: Vec<String> = self
+                .candidate_policies(name, &none, &none)
+                .filter(|p| p.namespace_selectors().any(|s| s.matches(&none)))
+                .map(|p| p.namespace.clone())
+                .collect();
+            for ns in hit {
+                affected.merge(self.nodes_of_namespace(&ns));
+            }
+        }
         Ok((
             NamespaceInfo {
                 name: name.to_string(),
                 netid,
                 labels: Labels::new(),
             },
-            Affected::none(),
+            affected,
         ))
     }
 
@@ -76,8 +92,18 @@ impl ClusterModel {
             }
         }
         if let Some(e) = self.namespaces.remove(name) {
-            if !e.labels.is_empty() {
+            self.namespace_epoch += 1;
+            if self.is_policy_mode() && !self.policies.is_empty() {
+                // Its NETID leaves the peers of every namespace selector that matched it.
                 self.policy_epoch += 1;
+                let hit: Vec<String> = self
+                    .candidate_policies(name, &e.labels, &e.labels)
+                    .filter(|p| p.namespace_selectors().any(|s| s.matches(&e.labels)))
+                    .map(|p| p.namespace.clone())
+                    .collect();
+                for ns in hit {
+                    affected.merge(self.nodes_of_namespace(&ns));
+                }
             }
             self.graph.remove_node(e.vertex);
             self.netids.release(e.netid);

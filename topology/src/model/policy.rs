@@ -300,21 +300,30 @@ impl NetworkPolicy {
         })
     }
 
+    /// Which peers (of every rule, ingress then egress, in order) select `pod` (whose
+    /// namespace has `ns_labels`). Compared before and after a change, it tells whether any
+    /// rule's peer set changed.
+    pub fn peer_selection(&self, pod: &PodInfo, ns_labels: &Labels) -> Vec<bool> {
+        self.peers()
+            .map(|peer| match peer {
+                Peer::IpBlock { .. } => false,
+                Peer::Pods {
+                    namespace_selector,
+                    pod_selector,
+                } => {
+                    let ns_ok = match namespace_selector {
+                        None => pod.key.namespace == self.namespace,
+                        Some(s) => s.matches(ns_labels),
+                    };
+                    ns_ok && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                }
+            })
+            .collect()
+    }
+
     /// Whether some peer of some rule selects `pod` (whose namespace has `ns_labels`).
     pub fn peer_selects(&self, pod: &PodInfo, ns_labels: &Labels) -> bool {
-        self.peers().any(|peer| match peer {
-            Peer::IpBlock { .. } => false,
-            Peer::Pods {
-                namespace_selector,
-                pod_selector,
-            } => {
-                let ns_ok = match namespace_selector {
-                    None => pod.key.namespace == self.namespace,
-                    Some(s) => s.matches(ns_labels),
-                };
-                ns_ok && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
-            }
-        })
+        self.peer_selection(pod, ns_labels).into_iter().any(|b| b)
     }
 
     /// Whether a rule names ports by name.
@@ -465,6 +474,12 @@ impl ClusterModel {
         self.policy_epoch
     }
 
+    /// Counter bumped whenever a namespace comes, goes or is relabelled (what namespace
+    /// selectors select).
+    pub fn namespace_epoch(&self) -> u64 {
+        self.namespace_epoch
+    }
+
     /// Whether the cluster runs in networkpolicy mode.
     pub fn is_policy_mode(&self) -> bool {
         self.config.mode == Mode::Networkpolicy
@@ -486,6 +501,7 @@ impl ClusterModel {
         }
         let old = std::mem::replace(&mut e.labels, labels);
         self.policy_epoch += 1;
+        self.namespace_epoch += 1;
         let new = self
             .namespaces
             .get(name)
@@ -557,10 +573,15 @@ impl ClusterModel {
             .unwrap_or_default();
         let ports_changed = before.map(|b| &b.ports) != after.map(|a| &a.ports);
         for p in self.candidate_policies(&pod.key.namespace, &ns_labels, &ns_labels) {
-            let was = before.is_some_and(|b| p.peer_selects(b, &ns_labels));
-            let is = after.is_some_and(|x| p.peer_selects(x, &ns_labels));
-            let named = ports_changed && (was || is) && p.has_named_ports();
-            if was != is || named || p.looks_at_every_pod() {
+            let was = before.map(|b| p.peer_selection(b, &ns_labels));
+            let is = after.map(|x| p.peer_selection(x, &ns_labels));
+            let selected = |v: &Option<Vec<bool>>| v.as_ref().is_some_and(|v| v.contains(&true));
+            let named = ports_changed && (selected(&was) || selected(&is)) && p.has_named_ports();
+            let changed = match (&was, &is) {
+                (Some(a), Some(b)) => a != b,
+                _ => selected(&was) || selected(&is),
+            };
+            if changed || named || p.looks_at_every_pod() {
                 a.merge(self.nodes_of_namespace(&p.namespace));
             }
         }
@@ -570,7 +591,7 @@ impl ClusterModel {
     /// The policies that may select pods of namespace `ns` (labels `old` or `new`) as peers:
     /// those of `ns` itself, those with a namespace selector that could match either label
     /// set, and those whose flows look at every pod.
-    fn candidate_policies<'a>(
+    pub(super) fn candidate_policies<'a>(
         &'a self,
         ns: &'a str,
         old: &Labels,

@@ -519,6 +519,7 @@ pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, 
 #[derive(Debug, Default)]
 pub struct PolicyCache {
     epoch: (u64, u64),
+    namespace_epoch: u64,
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
     peer_cache: HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
     nodes: HashMap<String, SharedRun>,
@@ -534,9 +535,13 @@ impl PolicyCache {
         let epoch = (model.policy_epoch(), model.config_epoch());
         if epoch != self.epoch {
             self.epoch = epoch;
-            self.ns_cache.clear();
             self.peer_cache.clear();
             self.nodes.clear();
+        }
+        // Namespace selections change only with the namespaces and their labels.
+        if model.namespace_epoch() != self.namespace_epoch {
+            self.namespace_epoch = model.namespace_epoch();
+            self.ns_cache.clear();
         }
         if !model.is_policy_mode() {
             return Ok(Arc::from([]));
