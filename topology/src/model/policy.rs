@@ -115,6 +115,15 @@ pub struct PolicyRule {
     pub ports: Vec<PolicyPort>,
 }
 
+impl PolicyRule {
+    /// Whether one of its ports is a container port name.
+    pub fn has_named_ports(&self) -> bool {
+        self.ports
+            .iter()
+            .any(|p| matches!(p.port, Some(PortSpec::Name(_))))
+    }
+}
+
 /// A NetworkPolicy. `ingress_isolation` / `egress_isolation` are its resolved `policyTypes`
 /// (when omitted: Ingress always, Egress when it has egress rules).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -321,27 +330,19 @@ impl NetworkPolicy {
             .collect()
     }
 
-    /// Whether some peer of some rule selects `pod` (whose namespace has `ns_labels`).
-    pub fn peer_selects(&self, pod: &PodInfo, ns_labels: &Labels) -> bool {
-        self.peer_selection(pod, ns_labels).into_iter().any(|b| b)
-    }
-
     /// Whether a rule names ports by name.
     pub fn has_named_ports(&self) -> bool {
         self.ingress
             .iter()
             .chain(self.egress.iter())
-            .flat_map(|r| r.ports.iter())
-            .any(|p| matches!(p.port, Some(PortSpec::Name(_))))
+            .any(PolicyRule::has_named_ports)
     }
 
     /// Whether its flows depend on every pod of the cluster: egress rules with named ports
     /// and ipBlock peers or no peers resolve the ports on whatever pods the block covers.
     pub fn looks_at_every_pod(&self) -> bool {
         self.egress.iter().any(|r| {
-            r.ports
-                .iter()
-                .any(|p| matches!(p.port, Some(PortSpec::Name(_))))
+            r.has_named_ports()
                 && (r.peers.is_empty() || r.peers.iter().any(|p| matches!(p, Peer::IpBlock { .. })))
         })
     }
@@ -623,31 +624,6 @@ impl ClusterModel {
             .flat_map(|e| e.pods.iter())
             .filter_map(move |p| self.pods.get(&PodKey::new(ns.as_str(), p.as_str())))
             .map(|e| &e.info)
-    }
-
-    /// The pods a peer of a policy in `policy_ns` selects (ipBlock peers select none).
-    pub fn peer_pods<'a>(&'a self, policy_ns: &'a str, peer: &'a Peer) -> Vec<&'a PodInfo> {
-        let Peer::Pods {
-            namespace_selector,
-            pod_selector,
-        } = peer
-        else {
-            return Vec::new();
-        };
-        let all = LabelSelector::everything();
-        let psel = pod_selector.as_ref().unwrap_or(&all);
-        let mut out = Vec::new();
-        match namespace_selector {
-            None => out.extend(self.pods_in(policy_ns).filter(|p| psel.matches(&p.labels))),
-            Some(nsel) => {
-                for (ns, e) in &self.namespaces {
-                    if nsel.matches(&e.labels) {
-                        out.extend(self.pods_in(ns).filter(|p| psel.matches(&p.labels)));
-                    }
-                }
-            }
-        }
-        out
     }
 
     /// The namespaces a namespace selector selects.

@@ -236,13 +236,13 @@ struct Peers {
 }
 
 /// Resolves selectors against the model, caching namespace selections per selector.
-struct Resolver<'m> {
+struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
-    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
-    peer_cache: HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
+    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>>,
+    peer_cache: &'c mut HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
 }
 
-impl<'m> Resolver<'m> {
+impl Resolver<'_, '_> {
     fn namespaces(&mut self, sel: &LabelSelector) -> Arc<Vec<String>> {
         if let Some(v) = self.ns_cache.get(sel) {
             return v.clone();
@@ -294,25 +294,26 @@ impl<'m> Resolver<'m> {
                         None => Arc::new(vec![p.namespace.clone()]),
                         Some(s) => self.namespaces(s),
                     };
+                    let whole_ns = namespace_selector.is_some()
+                        && pod_selector.as_ref().is_none_or(|s| s.is_empty());
+                    let psel = pod_selector.as_ref().unwrap_or(&all);
                     for ns in names.iter() {
                         let netid = self.model.effective_netid(ns);
-                        let whole_ns = pod_selector.as_ref().is_none_or(|s| s.is_empty())
-                            && namespace_selector.is_some();
-                        let psel = pod_selector.as_ref().unwrap_or(&all);
+                        // Ingress from a whole namespace is its NETID in reg0, except NETID 0,
+                        // which host and external traffic share: those pods go by address.
+                        let by_netid = whole_ns && dir == Direction::Ingress && netid != 0;
+                        if by_netid {
+                            out.netids.insert(netid);
+                        }
                         for pod in self.model.pods_in(ns) {
                             if psel.matches(&pod.labels) {
                                 if keep_pods {
                                     out.pods.push((pod.ip, pod.ports.clone()));
                                 }
-                                // NETID 0 is shared with host and external traffic: name
-                                // global namespaces' pods by address instead.
-                                if !(whole_ns && dir == Direction::Ingress && netid != 0) {
+                                if !by_netid {
                                     out.pod_ips.insert(pod.ip);
                                 }
                             }
-                        }
-                        if whole_ns && dir == Direction::Ingress && netid != 0 {
-                            out.netids.insert(netid);
                         }
                     }
                 }
@@ -383,7 +384,7 @@ fn net_clauses(f: Field, pods: &[&PodInfo]) -> BTreeSet<Clause> {
 
 /// The conjunctions of one rule for the pods `selected` on this node.
 fn rule_conjs(
-    res: &mut Resolver<'_>,
+    res: &mut Resolver<'_, '_>,
     p: &NetworkPolicy,
     dir: Direction,
     idx: usize,
@@ -398,10 +399,7 @@ fn rule_conjs(
         return; // the peers select nothing (yet)
     }
     let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
-    let has_named = rule
-        .ports
-        .iter()
-        .any(|pp| matches!(pp.port, Some(PortSpec::Name(_))));
+    let has_named = rule.has_named_ports();
     let numeric = numeric_port_clauses(&rule.ports);
     let targets = net_clauses(dir.target_field(), selected);
     let mut push = |name: String, t: BTreeSet<Clause>, peer: Option<BTreeSet<Clause>>, ports| {
@@ -551,13 +549,10 @@ impl PolicyCache {
         }
         let mut res = Resolver {
             model,
-            ns_cache: std::mem::take(&mut self.ns_cache),
-            peer_cache: std::mem::take(&mut self.peer_cache),
+            ns_cache: &mut self.ns_cache,
+            peer_cache: &mut self.peer_cache,
         };
-        let r = node_policy_flows_with(&mut res, node);
-        self.ns_cache = res.ns_cache;
-        self.peer_cache = res.peer_cache;
-        let r = r?;
+        let r = node_policy_flows_with(&mut res, node)?;
         self.nodes.insert(node.to_string(), r.clone());
         Ok(r)
     }
@@ -568,7 +563,10 @@ impl PolicyCache {
     }
 }
 
-fn node_policy_flows_with(res: &mut Resolver<'_>, node: &str) -> Result<SharedRun, PipelineError> {
+fn node_policy_flows_with(
+    res: &mut Resolver<'_, '_>,
+    node: &str,
+) -> Result<SharedRun, PipelineError> {
     let model = res.model;
     let mut conjs: Vec<Conj> = Vec::new();
     // Pods isolated per direction (a policy of that type selects them).
