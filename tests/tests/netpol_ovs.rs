@@ -19,14 +19,13 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
-use flowmesh_tests::{BridgeSpec, OvsSandbox};
-use pipeline_ovs_judge::Judge;
+use pipeline_ovs_judge::{flowsets, installed, rendered, Judge};
 use topology::model::{
     ContainerPort, LabelSelector, Labels, NetworkPolicy, Peer, PodAttach, PodMeta, PolicyPort,
     PolicyRule, PortSpec, Protocol, Requirement, SelectorOp,
 };
 use topology::sim::L3;
-use topology::{ClusterModel, ClusterNetworkConfig, FlowSet, Mode, Outcome, Packet, Pipeline};
+use topology::{ClusterModel, ClusterNetworkConfig, Mode, Outcome, Packet};
 
 /// One node of the test cluster: name, underlay IP, datapath id.
 const NODES: [(&str, Ipv4Addr, u64); 3] = [
@@ -510,44 +509,6 @@ fn cluster() -> ClusterModel {
     m
 }
 
-fn flowsets(m: &ClusterModel) -> BTreeMap<String, FlowSet> {
-    let mut p = Pipeline::new();
-    m.nodes()
-        .map(|n| (n.name.clone(), p.node_flows(m, &n.name).expect("flows")))
-        .collect()
-}
-
-/// Our own rendering of a FlowSet, normalized like `OvsSandbox::dump_flows`.
-fn rendered(fs: &FlowSet) -> Vec<String> {
-    let mut v: Vec<String> = fs.iter().map(|f| f.to_string()).collect();
-    v.sort();
-    v
-}
-
-fn sandbox(m: &ClusterModel) -> OvsSandbox {
-    let mut b = OvsSandbox::builder().vxlan_dst_port(m.config().vxlan_port);
-    for n in m.nodes() {
-        let mut spec = BridgeSpec::new(n.name.clone(), n.dpid).local_ip(n.ip);
-        for p in m.pods_on_node(&n.name) {
-            spec = spec.pod(p.port_name.clone(), p.ofport);
-        }
-        b = b.bridge(spec);
-    }
-    b.start().expect("sandbox starts")
-}
-
-/// A sandbox holding every node's flows.
-fn installed(m: &ClusterModel, sets: &BTreeMap<String, FlowSet>) -> OvsSandbox {
-    let sbx = sandbox(m);
-    for (node, fs) in sets {
-        sbx.add_flows(node, &rendered(fs))
-            .unwrap_or_else(|e| panic!("{node}: OVS refuses our flows: {e}"));
-    }
-    sbx
-}
-
-/// Installs every node's FlowSet into its bridge; `dump-flows` must print exactly our
-/// rendering. Prints the flow counts and, as OVS prints them, the flows of one conjunction.
 #[test]
 fn netpol_flows_read_back_identically() {
     let t0 = Instant::now();

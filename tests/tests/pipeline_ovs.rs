@@ -8,16 +8,15 @@
 
 mod pipeline_ovs_judge;
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use flowmesh_tests::{BridgeSpec, OvsSandbox};
-use pipeline_ovs_judge::Judge;
+use pipeline_ovs_judge::{flowsets, installed, rendered, sandbox, Judge};
 use topology::alloc::{NetIdAllocator, NETID_MAX};
 use topology::model::PodAttach;
 use topology::sim::L3;
-use topology::{ClusterModel, ClusterNetworkConfig, FlowSet, Mode, Outcome, Packet, Pipeline};
+use topology::{ClusterModel, ClusterNetworkConfig, Mode, Outcome, Packet};
 
 /// One node of the test cluster: name, underlay IP, datapath id.
 const NODES: [(&str, Ipv4Addr, u64); 3] = [
@@ -76,32 +75,6 @@ fn cluster(mode: Mode) -> ClusterModel {
         .expect("pod");
     }
     m
-}
-
-fn flowsets(m: &ClusterModel) -> BTreeMap<String, FlowSet> {
-    let mut p = Pipeline::new();
-    m.nodes()
-        .map(|n| (n.name.clone(), p.node_flows(m, &n.name).expect("flows")))
-        .collect()
-}
-
-/// Our own rendering of a FlowSet, normalized like `OvsSandbox::dump_flows`.
-fn rendered(fs: &FlowSet) -> Vec<String> {
-    let mut v: Vec<String> = fs.iter().map(|f| f.to_string()).collect();
-    v.sort();
-    v
-}
-
-fn sandbox(m: &ClusterModel) -> OvsSandbox {
-    let mut b = OvsSandbox::builder().vxlan_dst_port(m.config().vxlan_port);
-    for n in m.nodes() {
-        let mut spec = BridgeSpec::new(n.name.clone(), n.dpid).local_ip(n.ip);
-        for p in m.pods_on_node(&n.name) {
-            spec = spec.pod(p.port_name.clone(), p.ofport);
-        }
-        b = b.bridge(spec);
-    }
-    b.start().expect("sandbox starts")
 }
 
 #[test]
@@ -227,11 +200,7 @@ fn judge_cluster(mode: Mode) {
     let t0 = Instant::now();
     let m = cluster(mode);
     let sets = flowsets(&m);
-    let sbx = sandbox(&m);
-    for (node, fs) in &sets {
-        sbx.add_flows(node, &rendered(fs))
-            .expect("OVS accepts our flows");
-    }
+    let sbx = installed(&m, &sets);
     let installed = t0.elapsed();
     let pods = pods(&m);
     let port_name = |p: &P| {
@@ -565,11 +534,7 @@ fn judge_cluster(mode: Mode) {
 fn the_judge_catches_a_divergent_switch() {
     let m = cluster(Mode::Multitenant);
     let sets = flowsets(&m);
-    let sbx = sandbox(&m);
-    for (node, fs) in &sets {
-        sbx.add_flows(node, &rendered(fs))
-            .expect("OVS accepts our flows");
-    }
+    let sbx = installed(&m, &sets);
     let shop = m.effective_netid("shop");
     let c = m.node("node-c").cloned().expect("node-c");
     sbx.ofctl(&[

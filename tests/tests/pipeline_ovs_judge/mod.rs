@@ -7,9 +7,47 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use flowmesh_tests::OvsSandbox;
+use flowmesh_tests::{BridgeSpec, OvsSandbox};
 use topology::sim::L3;
-use topology::{ClusterModel, FlowSet, Packet, Simulator};
+use topology::{ClusterModel, FlowSet, Packet, Pipeline, Simulator};
+
+/// Every node's FlowSet, computed by one pipeline.
+pub fn flowsets(m: &ClusterModel) -> BTreeMap<String, FlowSet> {
+    let mut p = Pipeline::new();
+    m.nodes()
+        .map(|n| (n.name.clone(), p.node_flows(m, &n.name).expect("flows")))
+        .collect()
+}
+
+/// Our own rendering of a FlowSet, normalized like `OvsSandbox::dump_flows`.
+pub fn rendered(fs: &FlowSet) -> Vec<String> {
+    let mut v: Vec<String> = fs.iter().map(|f| f.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// A sandbox with one bridge per node (its datapath id, VXLAN address and pod ports).
+pub fn sandbox(m: &ClusterModel) -> OvsSandbox {
+    let mut b = OvsSandbox::builder().vxlan_dst_port(m.config().vxlan_port);
+    for n in m.nodes() {
+        let mut spec = BridgeSpec::new(n.name.clone(), n.dpid).local_ip(n.ip);
+        for p in m.pods_on_node(&n.name) {
+            spec = spec.pod(p.port_name.clone(), p.ofport);
+        }
+        b = b.bridge(spec);
+    }
+    b.start().expect("sandbox starts")
+}
+
+/// A sandbox holding every node's flows.
+pub fn installed(m: &ClusterModel, sets: &BTreeMap<String, FlowSet>) -> OvsSandbox {
+    let sbx = sandbox(m);
+    for (node, fs) in sets {
+        sbx.add_flows(node, &rendered(fs))
+            .unwrap_or_else(|e| panic!("{node}: OVS refuses our flows: {e}"));
+    }
+    sbx
+}
 
 /// One connection to ovs-vswitchd's unixctl socket, kept open for every `ofproto/trace`:
 /// the same JSON-RPC `ovs-appctl` speaks, without a process per trace (hundreds of traces run
