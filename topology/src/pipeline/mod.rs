@@ -6,6 +6,7 @@ pub mod compute;
 pub mod cookie;
 pub mod flowset;
 pub mod fragments;
+pub mod groups;
 pub mod netpol;
 pub mod priority;
 pub mod regs;
