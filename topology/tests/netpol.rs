@@ -432,6 +432,20 @@ proptest! {
             cached.insert(n, fs);
         }
         prop_assert_eq!(&cached, &all_flows(&m), "after namespace relabel");
+        // A policy goes and comes back: the cached conjunctions of the others stay valid.
+        let first = m.policies().next().cloned();
+        if let Some(pol) = first {
+            let affected = m.delete_policy(&pol.namespace, &pol.name).expect("delete policy");
+            for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+                cached.insert(n, fs);
+            }
+            prop_assert_eq!(&cached, &all_flows(&m), "after policy delete");
+            let affected = m.apply_policy(pol).expect("apply policy");
+            for (n, fs) in p.recompute(&m, &affected).expect("recompute") {
+                cached.insert(n, fs);
+            }
+            prop_assert_eq!(&cached, &all_flows(&m), "after policy re-apply");
+        }
         check(&m)?;
     }
 }

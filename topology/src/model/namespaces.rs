@@ -24,6 +24,7 @@ impl ClusterModel {
         let mut affected = Affected::none();
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
+            self.policy_reset_epoch += 1;
             let none = Labels::new();
             let hit: Vec<String> = self
                 .candidate_policies(name, &none, &none)
@@ -86,6 +87,8 @@ impl ClusterModel {
         self.policies.retain(|(ns, _), _| ns != name);
         if self.policies.len() != before {
             self.policy_epoch += 1;
+            self.policy_reset_epoch += 1;
+            self.policy_stamps.retain(|(ns, _), _| ns != name);
             self.policy_index = Default::default();
             for p in self.policies.values() {
                 self.policy_index.insert(p);
@@ -96,6 +99,7 @@ impl ClusterModel {
             if self.is_policy_mode() && !self.policies.is_empty() {
                 // Its NETID leaves the peers of every namespace selector that matched it.
                 self.policy_epoch += 1;
+                self.policy_reset_epoch += 1;
                 let hit: Vec<String> = self
                     .candidate_policies(name, &e.labels, &e.labels)
                     .filter(|p| p.namespace_selectors().any(|s| s.matches(&e.labels)))
@@ -184,6 +188,8 @@ impl ClusterModel {
         if old == netid {
             return Ok(Affected::none());
         }
+        self.policy_epoch += 1;
+        self.policy_reset_epoch += 1;
         self.netids
             .retain(netid)
             .map_err(|source| ModelError::Alloc {

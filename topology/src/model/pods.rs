@@ -43,7 +43,8 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        Ok((info.clone(), self.pod_policy_nodes(None, Some(&info))))
+        let a = self.pod_policy_change(None, Some(&info));
+        Ok((info, a))
     }
 
     pub(super) fn check_pod(
@@ -113,7 +114,7 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        Ok(self.pod_policy_nodes(Some(&e.info), None))
+        Ok(self.pod_policy_change(Some(&e.info), None))
     }
 
     /// Record a new OVS port for a pod (e.g. after OVS renumbered it). Affects its node.

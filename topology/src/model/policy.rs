@@ -426,8 +426,9 @@ impl ClusterModel {
         }
         self.policy_index.remove(&key);
         self.policy_index.insert(&p);
-        self.policies.insert(key, p);
+        self.policies.insert(key.clone(), p);
         self.policy_epoch += 1;
+        self.policy_stamps.insert(key, self.policy_epoch);
         Ok(a)
     }
 
@@ -442,6 +443,7 @@ impl ClusterModel {
             });
         }
         self.policy_epoch += 1;
+        self.policy_stamps.remove(&key);
         if !self.is_policy_mode() {
             return Ok(Affected::none());
         }
@@ -459,6 +461,11 @@ impl ClusterModel {
         self.policies.values()
     }
 
+    /// How many policies there are.
+    pub fn policy_count(&self) -> usize {
+        self.policies.len()
+    }
+
     /// The policies of one namespace, by name.
     pub fn policies_in<'a>(
         &'a self,
@@ -473,6 +480,25 @@ impl ClusterModel {
     /// Counter bumped whenever a policy, or a label a policy may look at, changes.
     pub fn policy_epoch(&self) -> u64 {
         self.policy_epoch
+    }
+
+    /// The `policy_epoch` at which this policy's spec, or anything its peers select, last
+    /// changed; together with [`Self::policy_reset_epoch`] it tells a cache whether what it
+    /// derived from the policy is still current.
+    pub fn policy_stamp(&self, key: &PolicyKey) -> u64 {
+        self.policy_stamps.get(key).copied().unwrap_or(0)
+    }
+
+    /// Counter bumped by changes that may affect any policy (NETIDs, namespaces coming and
+    /// going, the config): everything derived from policies is stale.
+    pub fn policy_reset_epoch(&self) -> u64 {
+        self.policy_reset_epoch
+    }
+
+    pub(super) fn touch_policies(&mut self, keys: impl IntoIterator<Item = PolicyKey>) {
+        for k in keys {
+            self.policy_stamps.insert(k, self.policy_epoch);
+        }
     }
 
     /// Counter bumped whenever a namespace comes, goes or is relabelled (what namespace
@@ -513,14 +539,17 @@ impl ClusterModel {
         if !self.is_policy_mode() {
             return Ok(a);
         }
+        let mut touched = Vec::new();
         for p in self.candidate_policies(name, &old, &new) {
             let differs = p
                 .namespace_selectors()
                 .any(|s| s.matches(&old) != s.matches(&new));
             if differs {
                 a.merge(self.nodes_of_namespace(&p.namespace));
+                touched.push(p.key());
             }
         }
+        self.touch_policies(touched);
         Ok(a)
     }
 
@@ -546,26 +575,40 @@ impl ClusterModel {
         e.info.ports = meta.ports;
         let after = e.info.clone();
         self.policy_epoch += 1;
-        Ok(self.pod_policy_nodes(Some(&before), Some(&after)))
+        Ok(self.pod_policy_change(Some(&before), Some(&after)))
+    }
+
+    /// Record a pod's appearance (`before` None), disappearance (`after` None) or change: the
+    /// policies it concerns are stamped, and the nodes it may change are returned.
+    pub(super) fn pod_policy_change(
+        &mut self,
+        before: Option<&PodInfo>,
+        after: Option<&PodInfo>,
+    ) -> Affected {
+        let (a, touched) = self.pod_policy_nodes(before, after);
+        self.touch_policies(touched);
+        a
     }
 
     /// The nodes a pod's appearance (`before` None), disappearance (`after` None) or change
     /// may change: its own node and, in networkpolicy mode, the nodes of every policy for
-    /// which the pod's standing as a peer changes (or whose flows look at every pod).
-    pub(super) fn pod_policy_nodes(
+    /// which the pod's standing as a peer changes (or whose flows look at every pod); and
+    /// those policies.
+    fn pod_policy_nodes(
         &self,
         before: Option<&PodInfo>,
         after: Option<&PodInfo>,
-    ) -> Affected {
+    ) -> (Affected, Vec<PolicyKey>) {
+        let mut touched = Vec::new();
         let mut a = Affected::none();
         for p in [before, after].into_iter().flatten() {
             a.nodes.insert(p.node.clone());
         }
         let Some(pod) = after.or(before) else {
-            return a;
+            return (a, touched);
         };
         if !self.is_policy_mode() || self.policies.is_empty() {
-            return a;
+            return (a, touched);
         }
         let ns_labels = self
             .namespaces
@@ -584,9 +627,10 @@ impl ClusterModel {
             };
             if changed || named || p.looks_at_every_pod() {
                 a.merge(self.nodes_of_namespace(&p.namespace));
+                touched.push(p.key());
             }
         }
-        a
+        (a, touched)
     }
 
     /// The policies that may select pods of namespace `ns` (labels `old` or `new`) as peers:

@@ -172,20 +172,21 @@ impl Pipeline {
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
-            (local.clone(), 0..local.len()),
-            (policy.clone(), 0..policy.len()),
+            FlowSet::from_chain(vec![(local.clone(), 0..local.len())]),
+            policy,
         ];
         for (t, run) in mesh.runs.iter().enumerate() {
-            match own {
-                Some(idx) => {
-                    let i = idx[t];
-                    parts.push((run.clone(), 0..i));
-                    parts.push((run.clone(), i + 1..run.len()));
-                }
-                None => parts.push((run.clone(), 0..run.len())),
-            }
+            // The mesh run without the node's own entry (still sorted).
+            let pieces = match own {
+                Some(idx) => vec![
+                    (run.clone(), 0..idx[t]),
+                    (run.clone(), idx[t] + 1..run.len()),
+                ],
+                None => vec![(run.clone(), 0..run.len())],
+            };
+            parts.push(FlowSet::from_chain(pieces));
         }
-        Ok(FlowSet::from_runs(parts, Vec::new()))
+        Ok(FlowSet::merge(parts, Vec::new()))
     }
 }
 

@@ -4,6 +4,7 @@
 
 use ofproto::{Flow, Group};
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 /// Order of flows in a FlowSet: table, priority (high first), match. The identity of a flow
@@ -13,6 +14,51 @@ pub fn key_cmp(a: &Flow, b: &Flow) -> Ordering {
         .cmp(&b.table)
         .then(b.priority.cmp(&a.priority))
         .then_with(|| a.matches.cmp(&b.matches))
+}
+
+/// A flow's key (table, priority descending, match) packed into 32 bytes so that comparing two
+/// packed keys orders them exactly as [`key_cmp`]; None when the match does not fit. Each
+/// field is a presence byte, its header (class, field, experimenter), its value and its
+/// optional mask: fields of one header have values and masks of one length, so byte order is
+/// the derived order of the match's fields.
+pub fn packed_key(f: &Flow) -> Option<[u64; 4]> {
+    let mut b = [0u8; 32];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| -> Option<()> {
+        let end = n + bytes.len();
+        b.get_mut(n..end)?.copy_from_slice(bytes);
+        n = end;
+        Some(())
+    };
+    put(&[f.table])?;
+    put(&(u16::MAX - f.priority).to_be_bytes())?;
+    for mf in &f.matches.fields {
+        put(&[1])?;
+        put(&mf.header.class.to_be_bytes())?;
+        put(&[mf.header.field])?;
+        match mf.header.experimenter {
+            None => put(&[0])?,
+            Some(e) => {
+                put(&[1])?;
+                put(&e.to_be_bytes())?;
+            }
+        }
+        put(&mf.value)?;
+        match &mf.mask {
+            None => put(&[0])?,
+            Some(m) => {
+                put(&[1])?;
+                put(m)?;
+            }
+        }
+    }
+    let mut out = [0u64; 4];
+    for (i, chunk) in b.chunks_exact(8).enumerate() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        out[i] = u64::from_be_bytes(w);
+    }
+    Some(out)
 }
 
 #[derive(Clone, Debug)]
@@ -27,6 +73,70 @@ impl Run {
         self.flows.get(self.start..self.end).unwrap_or(&[])
     }
 }
+
+/// A position in a FlowSet's slices, owning them (for [`FlowSet::merge`]).
+struct Chain {
+    runs: Vec<Run>,
+    r: usize,
+    i: usize,
+}
+
+impl Chain {
+    fn settle(&mut self) {
+        while let Some(run) = self.runs.get(self.r) {
+            if self.i < run.end - run.start {
+                break;
+            }
+            self.r += 1;
+            self.i = 0;
+        }
+    }
+    /// The head as a heap entry.
+    fn head(&self, idx: usize) -> Option<Head> {
+        let run = self.runs.get(self.r)?;
+        let pos = run.start + self.i;
+        (pos < run.end).then(|| Head {
+            run: run.flows.clone(),
+            pos,
+            idx,
+        })
+    }
+    fn advance(&mut self, n: usize) {
+        self.i += n;
+        self.settle();
+    }
+}
+
+/// A set's current head in the merge heap: smallest key first, then the earliest set.
+struct Head {
+    run: SharedRun,
+    pos: usize,
+    idx: usize,
+}
+
+impl Head {
+    fn flow(&self) -> &Flow {
+        &self.run[self.pos]
+    }
+}
+
+impl Ord for Head {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: reverse so the smallest key (then set) comes out first.
+        key_cmp(other.flow(), self.flow()).then(other.idx.cmp(&self.idx))
+    }
+}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Head {}
 
 /// A sorted, shared run of flows (the unit of sharing between FlowSets).
 pub type SharedRun = Arc<[Flow]>;
@@ -74,81 +184,138 @@ impl FlowSet {
     /// Assemble from sorted runs (each given as a range of a shared run). Runs may interleave;
     /// the result is their merge, stored as maximal slices. Equal keys: the first run wins.
     pub fn from_runs(parts: Vec<(SharedRun, std::ops::Range<usize>)>, groups: Vec<Group>) -> Self {
-        let mut cur: Vec<Run> = parts
+        let chains = parts
             .into_iter()
             .map(|(flows, r)| {
                 let end = r.end.min(flows.len());
-                Run {
-                    start: r.start.min(end),
-                    end,
-                    flows,
+                let start = r.start.min(end);
+                FlowSet {
+                    runs: vec![Run { flows, start, end }],
+                    groups: Arc::from([]),
+                    len: end - start,
                 }
             })
-            .filter(|r| r.start < r.end)
             .collect();
-        let mut runs = Vec::new();
+        Self::merge(chains, groups)
+    }
+
+    /// A FlowSet from consecutive pieces of shared runs that together are already sorted with
+    /// unique keys (no merge; adjacent pieces of one run are joined).
+    pub fn from_chain(pieces: Vec<(SharedRun, std::ops::Range<usize>)>) -> Self {
+        let mut runs: Vec<Run> = Vec::with_capacity(pieces.len());
         let mut len = 0;
-        loop {
-            cur.retain(|r| r.start < r.end);
-            if cur.is_empty() {
-                break;
+        for (flows, r) in pieces {
+            let end = r.end.min(flows.len());
+            let start = r.start.min(end);
+            if start == end {
+                continue;
             }
-            if cur.len() == 1 {
-                let r = cur.remove(0);
-                len += r.end - r.start;
-                runs.push(r);
-                break;
-            }
-            // The run with the smallest head (first such on ties).
-            let mut best = 0;
-            for i in 1..cur.len() {
-                if key_cmp(
-                    &cur[i].flows[cur[i].start],
-                    &cur[best].flows[cur[best].start],
-                ) == Ordering::Less
-                {
-                    best = i;
-                }
-            }
-            let mut next_min: Option<&Flow> = None;
-            for (i, r) in cur.iter().enumerate() {
-                if i != best {
-                    let h = &r.flows[r.start];
-                    if next_min.is_none_or(|m| key_cmp(h, m) == Ordering::Less) {
-                        next_min = Some(h);
-                    }
-                }
-            }
-            let b = &cur[best];
-            let n = match next_min {
-                Some(m) => b
-                    .slice()
-                    .partition_point(|f| key_cmp(f, m) == Ordering::Less),
-                None => b.end - b.start,
-            };
-            let n = n.max(1);
-            let emitted = Run {
-                flows: b.flows.clone(),
-                start: b.start,
-                end: b.start + n,
-            };
-            let last = &emitted.flows[emitted.end - 1];
-            for (i, r) in cur.iter_mut().enumerate() {
-                if i != best {
-                    while r.start < r.end && key_cmp(&r.flows[r.start], last) == Ordering::Equal {
-                        r.start += 1;
-                    }
-                }
-            }
-            cur[best].start += n;
-            len += n;
+            len += end - start;
             match runs.last_mut() {
-                Some(prev)
-                    if Arc::ptr_eq(&prev.flows, &emitted.flows) && prev.end == emitted.start =>
-                {
-                    prev.end = emitted.end
+                Some(prev) if Arc::ptr_eq(&prev.flows, &flows) && prev.end == start => {
+                    prev.end = end
                 }
-                _ => runs.push(emitted),
+                _ => runs.push(Run { flows, start, end }),
+            }
+        }
+        debug_assert!(runs
+            .iter()
+            .flat_map(|r| r.slice().iter())
+            .collect::<Vec<_>>()
+            .windows(2)
+            .all(|w| key_cmp(w[0], w[1]) == Ordering::Less));
+        FlowSet {
+            runs,
+            groups: Arc::from([]),
+            len,
+        }
+    }
+
+    /// The merge of several FlowSets (their groups are dropped; `groups` are the result's),
+    /// stored as maximal slices of their shared runs. Equal keys: the first set wins.
+    /// A heap keeps the cost at O(slices · log sets) comparisons.
+    pub fn merge(sets: Vec<FlowSet>, groups: Vec<Group>) -> Self {
+        let mut cursors: Vec<Chain> = sets
+            .into_iter()
+            .map(|s| Chain {
+                runs: s.runs,
+                r: 0,
+                i: 0,
+            })
+            .collect();
+        for c in &mut cursors {
+            c.settle();
+        }
+        let mut heap: BinaryHeap<Head> = cursors
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, c)| c.head(idx))
+            .collect();
+        let mut runs: Vec<Run> = Vec::new();
+        let mut len = 0;
+        while let Some(best) = heap.pop() {
+            let idx = best.idx;
+            let mut last: Option<(SharedRun, usize)> = None;
+            // Emit from this set while it holds the smallest keys: whole slices cost one
+            // comparison each, without going through the heap.
+            loop {
+                let c = &cursors[idx];
+                let Some(run) = c.runs.get(c.r) else { break };
+                let pos = run.start + c.i;
+                let slice = run.flows.get(pos..run.end).unwrap_or(&[]);
+                let Some(tail) = slice.last() else { break };
+                let n = match heap.peek() {
+                    Some(next) if key_cmp(tail, next.flow()) != Ordering::Less => slice
+                        .partition_point(|f| key_cmp(f, next.flow()) == Ordering::Less)
+                        .max(1),
+                    _ => slice.len(),
+                };
+                let emitted = Run {
+                    flows: run.flows.clone(),
+                    start: pos,
+                    end: pos + n,
+                };
+                last = Some((run.flows.clone(), pos + n - 1));
+                let whole = n == slice.len();
+                len += n;
+                match runs.last_mut() {
+                    Some(prev)
+                        if Arc::ptr_eq(&prev.flows, &emitted.flows)
+                            && prev.end == emitted.start =>
+                    {
+                        prev.end = emitted.end
+                    }
+                    _ => runs.push(emitted),
+                }
+                cursors[idx].advance(n);
+                if !whole {
+                    break;
+                }
+                let go_on = match (cursors[idx].head(idx), heap.peek()) {
+                    (Some(h), Some(next)) => key_cmp(h.flow(), next.flow()) == Ordering::Less,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                if !go_on {
+                    break;
+                }
+            }
+            if let Some(h) = cursors[idx].head(idx) {
+                heap.push(h);
+            }
+            // Other sets' flows with the key just emitted lose to it.
+            let Some((run, at)) = last else { continue };
+            let last = &run[at];
+            while heap
+                .peek()
+                .is_some_and(|top| top.idx != idx && key_cmp(top.flow(), last) == Ordering::Equal)
+            {
+                if let Some(top) = heap.pop() {
+                    cursors[top.idx].advance(1);
+                    if let Some(h) = cursors[top.idx].head(top.idx) {
+                        heap.push(h);
+                    }
+                }
             }
         }
         FlowSet {

@@ -12,14 +12,15 @@
 //! conjunction per distinct set of resolved ports. A rule with one dimension left becomes
 //! plain flows. Clause flows with the same match are shared by every conjunction that uses
 //! them (one flow, several `conjunction` actions). A conjunction's id is a hash of its
-//! policy, direction, rule and group, probed to the next free value on a collision on this
-//! node. Stateful: `ct_state=+est`/`+rel` pass before any policy (static flows), so only the
+//! policy, direction, rule and variant, unique in the cluster (probed to the next free value
+//! on a collision), so its peer, port and `conj_id` flows are the same on every node: they are
+//! built once ([`SharedConj`]) and shared by the nodes' FlowSets. Stateful: `ct_state=+est`/`+rel` pass before any policy (static flows), so only the
 //! first packet of a connection is judged; the connection is committed after the last
 //! judgement (table 30 for traffic leaving this node, table 80 for local delivery).
 
 use super::builder::{FlowBuilder, PipelineError};
 use super::cookie::{self, Feature, ObjectKind};
-use super::flowset::{key_cmp, SharedRun};
+use super::flowset::{key_cmp, packed_key, FlowSet, SharedRun};
 use super::priority::Band;
 use super::regs;
 use super::tables::TableId;
@@ -83,7 +84,7 @@ fn allow(fb: FlowBuilder, dir: Direction) -> FlowBuilder {
 }
 
 /// One alternative of a dimension: a match fragment.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Clause {
     /// An IPv4 prefix in the direction's target or peer field.
     Net(Field, Ipv4Addr, u8),
@@ -122,14 +123,17 @@ impl Clause {
     }
 }
 
-/// A conjunction to build: up to three dimensions (each a set of alternatives).
+/// A conjunction of one rule as one node needs it: its node-independent name and other
+/// dimensions (peers and/or ports; none when the rule allows every peer on every port), and the
+/// node's selected pods (the target dimension).
 #[derive(Debug)]
-struct Conj {
-    policy: PolicyKey,
-    /// Stable name of the conjunction (hashed into its id).
+struct ConjSpec {
+    /// Stable, node-independent name (hashed into the conjunction's id).
     name: String,
-    dir: Direction,
-    dims: Vec<BTreeSet<Clause>>,
+    /// The target dimension: the selected pods on this node.
+    targets: BTreeSet<Clause>,
+    /// The other dimensions (peers, then ports).
+    others: Vec<Arc<BTreeSet<Clause>>>,
 }
 
 /// The smallest list of prefixes covering exactly `[lo, hi]`.
@@ -232,14 +236,13 @@ struct Peers {
     /// The pods among the peers (for named ports on egress).
     pods: Vec<(Ipv4Addr, Vec<crate::model::ContainerPort>)>,
     /// The peer dimension's clauses (computed once).
-    dim: BTreeSet<Clause>,
+    dim: Arc<BTreeSet<Clause>>,
 }
 
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
     ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>>,
-    peer_cache: &'c mut HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
 }
 
 impl Resolver<'_, '_> {
@@ -257,22 +260,22 @@ impl Resolver<'_, '_> {
         v
     }
 
-    /// The peers of rule `idx` of `p` in direction `dir`, resolved once per model state.
+    /// The peers of rule `idx` of `p` in direction `dir`, resolved once per policy stamp.
     fn rule_peers(
         &mut self,
+        entry: &mut PolicyEntry,
         p: &NetworkPolicy,
         dir: Direction,
         idx: usize,
         rule: &crate::model::PolicyRule,
     ) -> Arc<Peers> {
-        let key = (p.key(), dir, idx);
-        if let Some(v) = self.peer_cache.get(&key) {
+        if let Some(v) = entry.peers.get(&(dir, idx)) {
             return v.clone();
         }
         let mut peers = self.peers(p, &rule.peers, dir);
-        peers.dim = peers.clauses(dir);
+        peers.dim = Arc::new(peers.clauses(dir));
         let v = Arc::new(peers);
-        self.peer_cache.insert(key, v.clone());
+        entry.peers.insert((dir, idx), v.clone());
         v
     }
 
@@ -294,8 +297,8 @@ impl Resolver<'_, '_> {
                         None => Arc::new(vec![p.namespace.clone()]),
                         Some(s) => self.namespaces(s),
                     };
-                    let whole_ns = namespace_selector.is_some()
-                        && pod_selector.as_ref().is_none_or(|s| s.is_empty());
+                    // Every pod of the namespaces (`podSelector: {}` or none).
+                    let whole_ns = pod_selector.as_ref().is_none_or(|s| s.is_empty());
                     let psel = pod_selector.as_ref().unwrap_or(&all);
                     for ns in names.iter() {
                         let netid = self.model.effective_netid(ns);
@@ -382,52 +385,69 @@ fn net_clauses(f: Field, pods: &[&PodInfo]) -> BTreeSet<Clause> {
     pods.iter().map(|p| Clause::Net(f, p.ip, 32)).collect()
 }
 
+/// A set of port clauses as text, for names (`tcp:8080,udp:53`).
+fn ports_name(ports: &BTreeSet<Clause>) -> String {
+    let mut parts = Vec::new();
+    for c in ports {
+        if let Clause::Port(proto, tp) = c {
+            parts.push(match tp {
+                None => proto.as_str().to_ascii_lowercase(),
+                Some((v, m)) if *m == u16::MAX => {
+                    format!("{}:{v}", proto.as_str().to_ascii_lowercase())
+                }
+                Some((v, m)) => format!("{}:{v}/{m:#x}", proto.as_str().to_ascii_lowercase()),
+            });
+        }
+    }
+    parts.join(",")
+}
+
 /// The conjunctions of one rule for the pods `selected` on this node.
+#[allow(clippy::too_many_arguments)]
 fn rule_conjs(
     res: &mut Resolver<'_, '_>,
+    entry: &mut PolicyEntry,
     p: &NetworkPolicy,
     dir: Direction,
     idx: usize,
     rule: &crate::model::PolicyRule,
     selected: &[&PodInfo],
-    out: &mut Vec<Conj>,
+    out: &mut Vec<ConjSpec>,
 ) {
-    let key = p.key();
-    let peers = res.rule_peers(p, dir, idx, rule);
-    let peer_dim = &peers.dim;
-    if !peers.any && peer_dim.is_empty() {
+    let peers = res.rule_peers(entry, p, dir, idx, rule);
+    if !peers.any && peers.dim.is_empty() {
         return; // the peers select nothing (yet)
     }
     let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
     let has_named = rule.has_named_ports();
-    let numeric = numeric_port_clauses(&rule.ports);
     let targets = net_clauses(dir.target_field(), selected);
-    let mut push = |name: String, t: BTreeSet<Clause>, peer: Option<BTreeSet<Clause>>, ports| {
-        let mut dims = vec![t];
-        if let Some(pd) = peer {
-            dims.push(pd);
-        }
-        if let Some(ps) = ports {
-            dims.push(ps);
-        }
-        out.push(Conj {
-            policy: key.clone(),
+    let peer_opt = || (!peers.any).then(|| peers.dim.clone());
+    let mut push = |name: String,
+                    targets: BTreeSet<Clause>,
+                    peer: Option<Arc<BTreeSet<Clause>>>,
+                    ports: Option<Arc<BTreeSet<Clause>>>| {
+        out.push(ConjSpec {
             name,
-            dir,
-            dims,
+            targets,
+            others: peer.into_iter().chain(ports).collect(),
         });
     };
-    let peer_opt = |d: &BTreeSet<Clause>| if peers.any { None } else { Some(d.clone()) };
     if rule.ports.is_empty() {
-        push(base, targets, peer_opt(peer_dim), None);
+        push(base, targets, peer_opt(), None);
         return;
     }
+    let numeric = numeric_port_clauses(&rule.ports);
     if !numeric.is_empty() {
+        let ports = entry
+            .ports
+            .entry((dir, idx))
+            .or_insert_with(|| Arc::new(numeric))
+            .clone();
         push(
             format!("{base}/n"),
             targets.clone(),
-            peer_opt(peer_dim),
-            Some(numeric),
+            peer_opt(),
+            Some(ports),
         );
     }
     if !has_named {
@@ -443,84 +463,218 @@ fn rule_conjs(
                     groups.entry(ports).or_default().push(pod);
                 }
             }
-            for (i, (ports, pods)) in groups.into_iter().enumerate() {
+            for (ports, pods) in groups {
                 let t = net_clauses(dir.target_field(), &pods);
-                push(format!("{base}/p{i}"), t, peer_opt(peer_dim), Some(ports));
+                let name = format!("{base}/p/{}", ports_name(&ports));
+                push(name, t, peer_opt(), Some(Arc::new(ports)));
             }
         }
         Direction::Egress => {
-            // Named ports resolve on the destination: the peer pods (for ipBlocks and
-            // "every peer", the pods whose addresses they cover).
-            let candidates: Vec<(Ipv4Addr, Vec<crate::model::ContainerPort>)> =
-                if peers.any || !peers.blocks.is_empty() {
-                    let mut v: Vec<_> = res
-                        .model
-                        .pods()
-                        .filter(|pod| {
-                            peers.any
-                                || peers.pod_ips.contains(&pod.ip)
-                                || peers.blocks.iter().any(|b| b.contains(pod.ip))
-                        })
-                        .map(|pod| (pod.ip, pod.ports.clone()))
-                        .collect();
-                    v.extend(peers.pods.iter().cloned());
+            // Named ports resolve on the destination: the peer pods; node-independent, so
+            // resolved once per policy stamp.
+            let variants = match entry.named.get(&idx) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = Arc::new(egress_named_variants(res.model, &peers, rule, &base));
+                    entry.named.insert(idx, v.clone());
                     v
-                } else {
-                    peers.pods.clone()
-                };
-            let mut groups: BTreeMap<BTreeSet<Clause>, BTreeSet<Ipv4Addr>> = BTreeMap::new();
-            for (ip, cports) in candidates {
-                let ports = named_port_clauses(&rule.ports, &cports);
-                if !ports.is_empty() {
-                    groups.entry(ports).or_default().insert(ip);
                 }
-            }
-            for (i, (ports, ips)) in groups.into_iter().enumerate() {
-                let pd: BTreeSet<Clause> = aggregate(&ips)
-                    .into_iter()
-                    .map(|(a, l)| Clause::Net(dir.peer_field(), a, l))
-                    .collect();
+            };
+            for (name, pd, ports) in variants.iter() {
                 push(
-                    format!("{base}/p{i}"),
+                    name.clone(),
                     targets.clone(),
-                    Some(pd),
-                    Some(ports),
+                    Some(pd.clone()),
+                    Some(ports.clone()),
                 );
             }
         }
     }
 }
 
-/// Pick each conjunction's id: a hash of its name, probed past ids taken on this node.
-fn conj_ids(conjs: &[Conj]) -> Vec<u32> {
-    let mut order: Vec<usize> = (0..conjs.len()).collect();
-    order.sort_by(|a, b| conjs[*a].name.cmp(&conjs[*b].name));
-    let mut taken = BTreeSet::new();
-    let mut ids = vec![0u32; conjs.len()];
-    for i in order {
-        let mut id = cookie::object_hash(&format!("conj/{}", conjs[i].name)).max(1);
-        while !taken.insert(id) {
-            id = id.wrapping_add(1).max(1);
+/// An egress rule's named-port conjunctions: per distinct set of ports the names resolve to,
+/// the peer pods (for ipBlocks and "every peer", the pods whose addresses they cover) that
+/// resolve to it.
+fn egress_named_variants(
+    model: &ClusterModel,
+    peers: &Peers,
+    rule: &crate::model::PolicyRule,
+    base: &str,
+) -> Vec<NamedVariant> {
+    let candidates: Vec<(Ipv4Addr, Vec<crate::model::ContainerPort>)> =
+        if peers.any || !peers.blocks.is_empty() {
+            let mut v: Vec<_> = model
+                .pods()
+                .filter(|pod| {
+                    peers.any
+                        || peers.pod_ips.contains(&pod.ip)
+                        || peers.blocks.iter().any(|b| b.contains(pod.ip))
+                })
+                .map(|pod| (pod.ip, pod.ports.clone()))
+                .collect();
+            v.extend(peers.pods.iter().cloned());
+            v
+        } else {
+            peers.pods.clone()
+        };
+    let mut groups: BTreeMap<BTreeSet<Clause>, BTreeSet<Ipv4Addr>> = BTreeMap::new();
+    for (ip, cports) in candidates {
+        let ports = named_port_clauses(&rule.ports, &cports);
+        if !ports.is_empty() {
+            groups.entry(ports).or_default().insert(ip);
         }
-        ids[i] = id;
     }
-    ids
+    groups
+        .into_iter()
+        .map(|(ports, ips)| {
+            let pd: BTreeSet<Clause> = aggregate(&ips)
+                .into_iter()
+                .map(|(a, l)| Clause::Net(Direction::Egress.peer_field(), a, l))
+                .collect();
+            (
+                format!("{base}/p/{}", ports_name(&ports)),
+                Arc::new(pd),
+                Arc::new(ports),
+            )
+        })
+        .collect()
 }
+
+/// A named-port conjunction of an egress rule: name, peer dimension, port dimension.
+type NamedVariant = (String, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
 
 /// One node's policy flows, sorted (no cache).
 pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, PipelineError> {
-    PolicyCache::default().node_flows(model, node)
+    let fs = PolicyCache::default().node_flows(model, node)?;
+    Ok(fs.iter().cloned().collect())
 }
 
-/// Caches, for one model state (`policy_epoch`, `config_epoch`), each node's policy flows and
-/// the namespaces each namespace selector selects.
+/// The node-independent part of one conjunction, built once and shared (`Arc`) by every node
+/// whose pods the rule selects: its id, and its *solo* flows — one clause flow per alternative
+/// of the peer and port dimensions, each with this conjunction's action alone, and the
+/// `conj_id` flow — sorted. A node whose other conjunctions use the same clause takes that
+/// entry out and holds one merged flow instead.
+#[derive(Debug)]
+struct SharedConj {
+    id: u32,
+    /// Dimensions in all, the target dimension included.
+    n: u8,
+    run: SharedRun,
+    /// Per run entry: its clause and dimension (None for the `conj_id` flow).
+    clauses: Vec<Option<(Clause, u8)>>,
+    /// Per run entry: its packed key (None when one does not pack).
+    keys: Option<Vec<[u64; 4]>>,
+}
+
+impl SharedConj {
+    fn build(
+        id: u32,
+        cookie: u64,
+        dir: Direction,
+        others: &[Arc<BTreeSet<Clause>>],
+    ) -> Result<Self, PipelineError> {
+        let n = others.len() as u8 + 1;
+        let table = dir.table();
+        let mut entries: Vec<(Flow, Option<(Clause, u8)>)> = Vec::new();
+        for (k, dim) in others.iter().enumerate() {
+            for cl in dim.iter() {
+                let f = FlowBuilder::new(table, Band::PolicyConjunction, cookie)
+                    .matching(cl.to_match())
+                    .actions([Action::Conjunction {
+                        id,
+                        // 0-based on the wire (OVS prints k+1); the target dimension is 0.
+                        clause: k as u8 + 1,
+                        n_clauses: n,
+                    }])
+                    .build()?;
+                entries.push((f, Some((*cl, k as u8 + 1))));
+            }
+        }
+        let conj = allow(
+            FlowBuilder::new(table, Band::PolicyConjunction, cookie)
+                .matching(Match::new().eth_type(IPV4).conj_id(id)),
+            dir,
+        )
+        .build()?;
+        entries.push((conj, None));
+        entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
+        let (flows, clauses): (Vec<Flow>, Vec<Option<(Clause, u8)>>) = entries.into_iter().unzip();
+        let keys = flows.iter().map(packed_key).collect();
+        Ok(SharedConj {
+            id,
+            n,
+            run: Arc::from(flows),
+            clauses,
+            keys,
+        })
+    }
+}
+
+/// What the cache derived from one policy, valid while its stamp is unchanged.
+#[derive(Debug, Default)]
+struct PolicyEntry {
+    /// (reset epoch, policy stamp, config epoch) it was derived at.
+    stamp: (u64, u64, u64),
+    peers: HashMap<(Direction, usize), Arc<Peers>>,
+    /// Numeric port dimensions per rule.
+    ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>>,
+    /// Egress named-port conjunctions per rule.
+    named: HashMap<usize, Arc<Vec<NamedVariant>>>,
+    /// Shared conjunctions by name.
+    conjs: HashMap<String, Arc<SharedConj>>,
+}
+
+/// Conjunction ids: a hash of the conjunction's name, probed to the next free value on a
+/// collision. Ids are unique in the whole cluster, so a conjunction's shared flows are the
+/// same on every node.
+#[derive(Debug, Default)]
+struct ConjIds {
+    by_name: HashMap<String, u32>,
+    taken: HashMap<u32, String>,
+}
+
+impl ConjIds {
+    fn get(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.by_name.get(name) {
+            return *id;
+        }
+        let mut id = cookie::object_hash(&format!("conj/{name}")).max(1);
+        while self.taken.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        self.taken.insert(id, name.to_string());
+        self.by_name.insert(name.to_string(), id);
+        id
+    }
+
+    /// Release the ids of one policy's conjunctions.
+    fn release(&mut self, names: impl Iterator<Item = String>) {
+        for n in names {
+            if let Some(id) = self.by_name.remove(&n) {
+                self.taken.remove(&id);
+            }
+        }
+    }
+}
+
+/// A node's policy flows with what they were computed from.
+#[derive(Debug)]
+struct NodeEntry {
+    signature: u64,
+    flows: FlowSet,
+}
+
+/// Caches what policies derive to: per policy (invalidated by its stamp) the resolved peers
+/// and the shared conjunctions; per node its policy flows (invalidated when its pods or the
+/// stamps of the policies of its pods' namespaces change); and the namespaces each namespace
+/// selector selects (per namespace epoch).
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    epoch: (u64, u64),
     namespace_epoch: u64,
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
-    peer_cache: HashMap<(PolicyKey, Direction, usize), Arc<Peers>>,
-    nodes: HashMap<String, SharedRun>,
+    policies: HashMap<PolicyKey, PolicyEntry>,
+    ids: ConjIds,
+    nodes: HashMap<String, NodeEntry>,
 }
 
 impl PolicyCache {
@@ -529,116 +683,207 @@ impl PolicyCache {
         &mut self,
         model: &ClusterModel,
         node: &str,
-    ) -> Result<SharedRun, PipelineError> {
-        let epoch = (model.policy_epoch(), model.config_epoch());
-        if epoch != self.epoch {
-            self.epoch = epoch;
-            self.peer_cache.clear();
-            self.nodes.clear();
-        }
+    ) -> Result<FlowSet, PipelineError> {
         // Namespace selections change only with the namespaces and their labels.
         if model.namespace_epoch() != self.namespace_epoch {
             self.namespace_epoch = model.namespace_epoch();
             self.ns_cache.clear();
         }
         if !model.is_policy_mode() {
-            return Ok(Arc::from([]));
+            self.nodes.clear();
+            return Ok(FlowSet::default());
         }
-        if let Some(r) = self.nodes.get(node) {
-            return Ok(r.clone());
+        if self.policies.len() > model.policy_count() {
+            self.prune(model);
         }
-        let mut res = Resolver {
-            model,
-            ns_cache: &mut self.ns_cache,
-            peer_cache: &mut self.peer_cache,
-        };
-        let r = node_policy_flows_with(&mut res, node)?;
-        self.nodes.insert(node.to_string(), r.clone());
-        Ok(r)
+        let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
+        for p in model.pods_on_node(node) {
+            local.entry(p.key.namespace.as_str()).or_default().push(p);
+        }
+        let signature = node_signature(model, &local);
+        if let Some(e) = self.nodes.get(node) {
+            if e.signature == signature {
+                return Ok(e.flows.clone());
+            }
+        }
+        let flows = self.compute(model, &local)?;
+        self.nodes.insert(
+            node.to_string(),
+            NodeEntry {
+                signature,
+                flows: flows.clone(),
+            },
+        );
+        Ok(flows)
     }
 
     /// Forget a node.
     pub fn forget_node(&mut self, node: &str) {
         self.nodes.remove(node);
     }
-}
 
-fn node_policy_flows_with(
-    res: &mut Resolver<'_, '_>,
-    node: &str,
-) -> Result<SharedRun, PipelineError> {
-    let model = res.model;
-    let mut conjs: Vec<Conj> = Vec::new();
-    // Pods isolated per direction (a policy of that type selects them).
-    let mut isolated: [BTreeMap<Ipv4Addr, String>; 2] = Default::default();
-    let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
-    for p in model.pods_on_node(node) {
-        local.entry(p.key.namespace.as_str()).or_default().push(p);
-    }
-    for (ns, pods) in local {
-        for p in model.policies_in(ns) {
-            let selected: Vec<&PodInfo> = pods
-                .iter()
-                .copied()
-                .filter(|pod| p.pod_selector.matches(&pod.labels))
-                .collect();
-            if selected.is_empty() {
-                continue;
+    /// Drop what was derived from policies that no longer exist.
+    fn prune(&mut self, model: &ClusterModel) {
+        let gone: Vec<PolicyKey> = self
+            .policies
+            .keys()
+            .filter(|k| model.policy(&k.0, &k.1).is_none())
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some(e) = self.policies.remove(&k) {
+                self.ids.release(e.conjs.into_keys());
             }
-            for (di, dir, on, rules) in [
-                (0, Direction::Ingress, p.ingress_isolation, &p.ingress),
-                (1, Direction::Egress, p.egress_isolation, &p.egress),
-            ] {
-                if !on {
+        }
+    }
+
+    fn compute(
+        &mut self,
+        model: &ClusterModel,
+        local: &BTreeMap<&str, Vec<&PodInfo>>,
+    ) -> Result<FlowSet, PipelineError> {
+        let mut res = Resolver {
+            model,
+            ns_cache: &mut self.ns_cache,
+        };
+        // Per conjunction on this node: (shared part or None for direct flows, spec, dir, cookie).
+        let mut used: Vec<(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)> = Vec::new();
+        // Pods isolated per direction (a policy of that type selects them).
+        let mut isolated: [BTreeMap<Ipv4Addr, String>; 2] = Default::default();
+        let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
+        for (ns, pods) in local {
+            for p in model.policies_in(ns) {
+                let selected: Vec<&PodInfo> = pods
+                    .iter()
+                    .copied()
+                    .filter(|pod| p.pod_selector.matches(&pod.labels))
+                    .collect();
+                if selected.is_empty() {
                     continue;
                 }
-                for pod in &selected {
-                    isolated[di].insert(pod.ip, pod.key.to_string());
+                let key = p.key();
+                let stamp = (stamp_base.0, model.policy_stamp(&key), stamp_base.1);
+                let entry = self.policies.entry(key.clone()).or_default();
+                if entry.stamp != stamp {
+                    let old = std::mem::take(entry);
+                    self.ids.release(old.conjs.into_keys());
+                    entry.stamp = stamp;
                 }
-                for (i, r) in rules.iter().enumerate() {
-                    rule_conjs(res, p, dir, i, r, &selected, &mut conjs);
+                let pc = cookie::policy_cookie(&key.0, &key.1);
+                for (di, dir, on, rules) in [
+                    (0, Direction::Ingress, p.ingress_isolation, &p.ingress),
+                    (1, Direction::Egress, p.egress_isolation, &p.egress),
+                ] {
+                    if !on {
+                        continue;
+                    }
+                    for pod in &selected {
+                        isolated[di].insert(pod.ip, pod.key.to_string());
+                    }
+                    let mut specs = Vec::new();
+                    for (i, r) in rules.iter().enumerate() {
+                        rule_conjs(&mut res, entry, p, dir, i, r, &selected, &mut specs);
+                    }
+                    for spec in specs {
+                        if spec.others.is_empty() {
+                            used.push((None, spec, dir, pc));
+                            continue;
+                        }
+                        let shared = match entry.conjs.get(&spec.name) {
+                            Some(c) => c.clone(),
+                            None => {
+                                let id = self.ids.get(&spec.name);
+                                let c = Arc::new(SharedConj::build(id, pc, dir, &spec.others)?);
+                                entry.conjs.insert(spec.name.clone(), c.clone());
+                                c
+                            }
+                        };
+                        used.push((Some(shared), spec, dir, pc));
+                    }
                 }
             }
         }
+        assemble(&used, &isolated)
     }
-    let ids = conj_ids(&conjs);
-    let mut flows: Vec<Flow> = Vec::new();
-    // Clause flows shared between conjunctions: (table, match) -> (conjunction actions, cookie).
+}
+
+/// A hash of everything a node's policy flows depend on besides the policies' stamps' inputs:
+/// its pods (address, labels, named ports) and the stamps of their namespaces' policies.
+fn node_signature(model: &ClusterModel, local: &BTreeMap<&str, Vec<&PodInfo>>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
+    for (ns, pods) in local {
+        ns.hash(&mut h);
+        for p in model.policies_in(ns) {
+            p.name.hash(&mut h);
+            model.policy_stamp(&p.key()).hash(&mut h);
+        }
+        for p in pods {
+            (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// One node's policy flows from the conjunctions it uses: its own run (target clauses, clause
+/// flows several of its conjunctions share, direct allows, isolation drops) merged with each
+/// shared conjunction's run, less the entries the node's own run holds merged.
+fn assemble(
+    used: &[(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)],
+    isolated: &[BTreeMap<Ipv4Addr, String>; 2],
+) -> Result<FlowSet, PipelineError> {
     type ClauseKey = (TableId, Clause);
+    // How many conjunctions on this node use each non-target clause.
+    let mut count: HashMap<ClauseKey, u32> = HashMap::new();
+    for (shared, _, dir, _) in used {
+        if let Some(c) = shared {
+            for (cl, _) in c.clauses.iter().flatten() {
+                *count.entry((dir.table(), *cl)).or_default() += 1;
+            }
+        }
+    }
     // (id, clause, n_clauses) of every conjunction a clause flow serves, and its cookie.
     type ClauseUse = (Vec<(u32, u8, u8)>, u64);
-    let mut clauses: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
+    let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
     let mut direct: BTreeMap<ClauseKey, (Direction, u64)> = BTreeMap::new();
-    for (c, id) in conjs.iter().zip(&ids) {
-        let pc = cookie::policy_cookie(&c.policy.0, &c.policy.1);
-        let table = c.dir.table();
-        if c.dims.len() == 1 {
-            for cl in &c.dims[0] {
-                direct.entry((table, cl.clone())).or_insert((c.dir, pc));
+    let mut parts: Vec<(Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>)> = Vec::new();
+    for (shared, spec, dir, pc) in used {
+        let table = dir.table();
+        let Some(c) = shared else {
+            for cl in &spec.targets {
+                direct.entry((table, *cl)).or_insert((*dir, *pc));
             }
             continue;
+        };
+        for cl in &spec.targets {
+            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
+            e.0.push((c.id, 0, c.n));
+            e.1 = e.1.min(*pc);
         }
-        let n = c.dims.len() as u8;
-        for (k, dim) in c.dims.iter().enumerate() {
-            for cl in dim {
-                let e = clauses
-                    .entry((table, cl.clone()))
-                    .or_insert((Vec::new(), pc));
-                // 0-based on the wire and in `Action::Conjunction` (OVS prints k+1).
-                e.0.push((*id, k as u8, n));
-                e.1 = e.1.min(pc);
+        // The shared run, less the clauses another conjunction here uses too.
+        let mut ranges: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+        let mut start = 0;
+        for (i, cl) in c.clauses.iter().enumerate() {
+            let Some((cl, k)) = cl else { continue };
+            if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
+                continue;
             }
+            if start < i {
+                ranges.push((c.run.clone(), start..i));
+            }
+            start = i + 1;
+            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
+            e.0.push((c.id, *k, c.n));
+            e.1 = e.1.min(*pc);
         }
-        flows.push(
-            allow(
-                FlowBuilder::new(table, Band::PolicyConjunction, pc)
-                    .matching(Match::new().eth_type(IPV4).conj_id(*id)),
-                c.dir,
-            )
-            .build()?,
-        );
+        if start < c.run.len() {
+            ranges.push((c.run.clone(), start..c.run.len()));
+        }
+        parts.push((c.clone(), ranges));
     }
-    for ((table, cl), (mut acts, ck)) in clauses {
+    let mut flows: Vec<Flow> = Vec::new();
+    for ((table, cl), (mut acts, ck)) in merged {
         acts.sort_unstable();
         acts.dedup();
         flows.push(
@@ -684,7 +929,66 @@ fn node_policy_flows_with(
     }
     flows.sort_unstable_by(key_cmp);
     flows.dedup_by(|a, b| key_cmp(a, b) == std::cmp::Ordering::Equal);
-    Ok(Arc::from(flows))
+    let own: SharedRun = Arc::from(flows);
+    Ok(merge_parts(own, &parts))
+}
+
+/// The node's own run merged with the pieces of the shared runs it uses. Every key is unique
+/// (a clause two conjunctions use is in the own run only), so sorting the entries by their
+/// packed keys is the merge; flows whose key does not pack go through [`FlowSet::merge`].
+fn merge_parts(
+    own: SharedRun,
+    parts: &[(Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>)],
+) -> FlowSet {
+    let own_keys: Option<Vec<[u64; 4]>> = own.iter().map(packed_key).collect();
+    let packed = own_keys.as_ref().and_then(|ok| {
+        let total: usize = parts
+            .iter()
+            .flat_map(|(_, r)| r.iter().map(|(_, r)| r.len()))
+            .sum();
+        let mut entries: Vec<([u64; 4], u32, u32)> = Vec::with_capacity(ok.len() + total);
+        entries.extend(ok.iter().enumerate().map(|(i, k)| (*k, 0, i as u32)));
+        for (p, (c, ranges)) in parts.iter().enumerate() {
+            let keys = c.keys.as_ref()?;
+            for (_, r) in ranges {
+                for i in r.clone() {
+                    entries.push((*keys.get(i)?, p as u32 + 1, i as u32));
+                }
+            }
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        Some(entries)
+    });
+    let Some(entries) = packed else {
+        let n = own.len();
+        let mut sets = vec![FlowSet::from_chain(vec![(own, 0..n)])];
+        sets.extend(parts.iter().map(|(_, r)| FlowSet::from_chain(r.clone())));
+        return FlowSet::merge(sets, Vec::new());
+    };
+    let run_of = |p: u32| -> &SharedRun {
+        match p {
+            0 => &own,
+            p => &parts[p as usize - 1].0.run,
+        }
+    };
+    let mut pieces: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+    let mut cur: Option<(u32, usize, usize)> = None;
+    for (_, p, i) in entries {
+        let i = i as usize;
+        match &mut cur {
+            Some((cp, _, end)) if *cp == p && *end == i => *end = i + 1,
+            _ => {
+                if let Some((cp, a, b)) = cur.take() {
+                    pieces.push((run_of(cp).clone(), a..b));
+                }
+                cur = Some((p, i, i + 1));
+            }
+        }
+    }
+    if let Some((cp, a, b)) = cur {
+        pieces.push((run_of(cp).clone(), a..b));
+    }
+    FlowSet::from_chain(pieces)
 }
 
 #[cfg(test)]
@@ -780,6 +1084,33 @@ pub(crate) mod tests {
                 "no clause {k}/3 in:\n{}",
                 text.join("\n")
             );
+        }
+    }
+
+    /// Packed keys order flows exactly as `key_cmp` (every flow of a node: all tables, masked
+    /// and exact fields, NXM and OXM classes).
+    #[test]
+    fn packed_keys_order_as_key_cmp() {
+        let m = one_node_policy();
+        let flows: Vec<Flow> = crate::pipeline::compute_node(&m, "n1")
+            .expect("flows")
+            .iter()
+            .cloned()
+            .collect();
+        let packed: Vec<(&Flow, [u64; 4])> = flows
+            .iter()
+            .filter_map(|f| packed_key(f).map(|k| (f, k)))
+            .collect();
+        assert!(
+            packed.len() > 40,
+            "{} of {} pack",
+            packed.len(),
+            flows.len()
+        );
+        for (a, ka) in &packed {
+            for (b, kb) in &packed {
+                assert_eq!(ka.cmp(kb), key_cmp(a, b), "{a} vs {b}");
+            }
         }
     }
 
