@@ -95,9 +95,9 @@ enum Clause {
 }
 
 impl Clause {
-    fn to_match(&self) -> Match {
+    fn to_match(self) -> Match {
         let ip = Match::new().eth_type(IPV4);
-        match *self {
+        match self {
             Clause::Net(Field::Ipv4Src, a, p) => ip.ipv4_src(a, p),
             Clause::Net(_, a, p) => ip.ipv4_dst(a, p),
             Clause::SrcNetId(n) => ip.reg(regs::REG_SRC_NETID, n),
@@ -847,7 +847,7 @@ fn assemble(
     type ClauseUse = (Vec<(u32, u8, u8)>, u64);
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
     let mut direct: BTreeMap<ClauseKey, (Direction, u64)> = BTreeMap::new();
-    let mut parts: Vec<(Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>)> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
     for (shared, spec, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else {
@@ -933,12 +933,15 @@ fn assemble(
     Ok(merge_parts(own, &parts))
 }
 
+/// A shared conjunction a node uses and the pieces of its run the node takes.
+type Part = (Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>);
+
 /// The node's own run merged with the pieces of the shared runs it uses. Every key is unique
 /// (a clause two conjunctions use is in the own run only), so sorting the entries by their
 /// packed keys is the merge; flows whose key does not pack go through [`FlowSet::merge`].
 fn merge_parts(
     own: SharedRun,
-    parts: &[(Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>)],
+    parts: &[Part],
 ) -> FlowSet {
     let own_keys: Option<Vec<[u64; 4]>> = own.iter().map(packed_key).collect();
     let packed = own_keys.as_ref().and_then(|ok| {
