@@ -11,7 +11,7 @@ use crate::config::{ClusterNetworkConfig, ConfigError, Mode, NodeIpError};
 use petgraph::stable_graph::{NodeIndex, StableUnGraph};
 use petgraph::visit::EdgeRef;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 pub use labels::{LabelSelector, Labels, Requirement, SelectorOp};
@@ -400,7 +400,7 @@ pub struct ClusterModel {
     policy_epoch: u64,
     namespace_epoch: u64,
     /// Per policy: the `policy_epoch` at which its spec or what its peers select last changed.
-    policy_stamps: HashMap<PolicyKey, u64>,
+    policy_stamps: BTreeMap<PolicyKey, u64>,
     /// Bumped by changes whose effect on policies is not tracked per policy (NETIDs,
     /// namespaces coming and going): every policy is stale.
     policy_reset_epoch: u64,
@@ -427,7 +427,7 @@ impl ClusterModel {
             config_epoch: 0,
             policy_epoch: 0,
             namespace_epoch: 0,
-            policy_stamps: HashMap::new(),
+            policy_stamps: BTreeMap::new(),
             policy_reset_epoch: 0,
         })
     }

@@ -461,6 +461,27 @@ impl ClusterModel {
         self.policies.values()
     }
 
+    /// The policies of one namespace, by name, each with its stamp (see [`Self::policy_stamp`]).
+    pub fn policies_in_stamped<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = (&'a NetworkPolicy, u64)> + 'a {
+        let start = (namespace.to_string(), String::new());
+        let mut stamps = self.policy_stamps.range(start.clone()..).peekable();
+        self.policies
+            .range(start..)
+            .take_while(move |((ns, _), _)| ns == namespace)
+            .map(move |(k, p)| {
+                // Both maps are ordered by key: a merge join.
+                while stamps.next_if(|(sk, _)| *sk < k).is_some() {}
+                let stamp = stamps
+                    .peek()
+                    .filter(|(sk, _)| *sk == k)
+                    .map_or(0, |(_, v)| **v);
+                (p, stamp)
+            })
+    }
+
     /// How many policies there are.
     pub fn policy_count(&self) -> usize {
         self.policies.len()
@@ -661,13 +682,12 @@ impl ClusterModel {
 
     /// The pods of a namespace, by name.
     pub fn pods_in<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a PodInfo> + 'a {
+        // Pods are ordered by (namespace, name): one range, no lookups.
         let ns = namespace.to_string();
-        self.namespaces
-            .get(namespace)
-            .into_iter()
-            .flat_map(|e| e.pods.iter())
-            .filter_map(move |p| self.pods.get(&PodKey::new(ns.as_str(), p.as_str())))
-            .map(|e| &e.info)
+        self.pods
+            .range(PodKey::new(namespace, "")..)
+            .take_while(move |(k, _)| k.namespace == ns)
+            .map(|(_, e)| &e.info)
     }
 
     /// The namespaces a namespace selector selects.

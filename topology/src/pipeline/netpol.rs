@@ -25,8 +25,7 @@ use super::priority::Band;
 use super::regs;
 use super::tables::TableId;
 use crate::model::{
-    ClusterModel, LabelSelector, NetworkPolicy, Peer, PodInfo, PolicyKey, PolicyPort, PortSpec,
-    Protocol,
+    ClusterModel, LabelSelector, NetworkPolicy, Peer, PodInfo, PolicyPort, PortSpec, Protocol,
 };
 use crate::Ipv4Cidr;
 use ofproto::oxm::eth_type::IPV4;
@@ -615,13 +614,15 @@ impl SharedConj {
 struct PolicyEntry {
     /// (reset epoch, policy stamp, config epoch) it was derived at.
     stamp: (u64, u64, u64),
+    /// The policy's cookie (0 until computed).
+    cookie: u64,
     peers: HashMap<(Direction, usize), Arc<Peers>>,
     /// Numeric port dimensions per rule.
     ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>>,
     /// Egress named-port conjunctions per rule.
     named: HashMap<usize, Arc<Vec<NamedVariant>>>,
     /// Shared conjunctions by name.
-    conjs: HashMap<String, Arc<SharedConj>>,
+    conjs: HashMap<String, Arc<SharedConj>, FastHash>,
 }
 
 /// Conjunction ids: a hash of the conjunction's name, probed to the next free value on a
@@ -672,7 +673,8 @@ struct NodeEntry {
 pub struct PolicyCache {
     namespace_epoch: u64,
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
-    policies: HashMap<PolicyKey, PolicyEntry>,
+    /// By namespace, then name.
+    policies: HashMap<String, HashMap<String, PolicyEntry>>,
     ids: ConjIds,
     nodes: HashMap<String, NodeEntry>,
 }
@@ -693,7 +695,7 @@ impl PolicyCache {
             self.nodes.clear();
             return Ok(FlowSet::default());
         }
-        if self.policies.len() > model.policy_count() {
+        if self.policies.values().map(HashMap::len).sum::<usize>() > model.policy_count() {
             self.prune(model);
         }
         let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
@@ -724,17 +726,19 @@ impl PolicyCache {
 
     /// Drop what was derived from policies that no longer exist.
     fn prune(&mut self, model: &ClusterModel) {
-        let gone: Vec<PolicyKey> = self
-            .policies
-            .keys()
-            .filter(|k| model.policy(&k.0, &k.1).is_none())
-            .cloned()
-            .collect();
-        for k in gone {
-            if let Some(e) = self.policies.remove(&k) {
-                self.ids.release(e.conjs.into_keys());
+        for (ns, by_name) in self.policies.iter_mut() {
+            let gone: Vec<String> = by_name
+                .keys()
+                .filter(|n| model.policy(ns, n).is_none())
+                .cloned()
+                .collect();
+            for n in gone {
+                if let Some(e) = by_name.remove(&n) {
+                    self.ids.release(e.conjs.into_keys());
+                }
             }
         }
+        self.policies.retain(|_, by_name| !by_name.is_empty());
     }
 
     fn compute(
@@ -749,10 +753,10 @@ impl PolicyCache {
         // Per conjunction on this node: (shared part or None for direct flows, spec, dir, cookie).
         let mut used: Vec<(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)> = Vec::new();
         // Pods isolated per direction (a policy of that type selects them).
-        let mut isolated: [BTreeMap<Ipv4Addr, String>; 2] = Default::default();
+        let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
         for (ns, pods) in local {
-            for p in model.policies_in(ns) {
+            for (p, policy_stamp) in model.policies_in_stamped(ns) {
                 let selected: Vec<&PodInfo> = pods
                     .iter()
                     .copied()
@@ -761,15 +765,22 @@ impl PolicyCache {
                 if selected.is_empty() {
                     continue;
                 }
-                let key = p.key();
-                let stamp = (stamp_base.0, model.policy_stamp(&key), stamp_base.1);
-                let entry = self.policies.entry(key.clone()).or_default();
-                if entry.stamp != stamp {
+                let stamp = (stamp_base.0, policy_stamp, stamp_base.1);
+                let by_name = match self.policies.get_mut(p.namespace.as_str()) {
+                    Some(m) => m,
+                    None => self.policies.entry(p.namespace.clone()).or_default(),
+                };
+                let entry = match by_name.get_mut(p.name.as_str()) {
+                    Some(e) => e,
+                    None => by_name.entry(p.name.clone()).or_default(),
+                };
+                if entry.stamp != stamp || entry.cookie == 0 {
                     let old = std::mem::take(entry);
                     self.ids.release(old.conjs.into_keys());
                     entry.stamp = stamp;
+                    entry.cookie = cookie::policy_cookie(&p.namespace, &p.name);
                 }
-                let pc = cookie::policy_cookie(&key.0, &key.1);
+                let pc = entry.cookie;
                 for (di, dir, on, rules) in [
                     (0, Direction::Ingress, p.ingress_isolation, &p.ingress),
                     (1, Direction::Egress, p.egress_isolation, &p.egress),
@@ -778,7 +789,7 @@ impl PolicyCache {
                         continue;
                     }
                     for pod in &selected {
-                        isolated[di].insert(pod.ip, pod.key.to_string());
+                        isolated[di].insert(pod.ip, pod);
                     }
                     let mut specs = Vec::new();
                     for (i, r) in rules.iter().enumerate() {
@@ -815,9 +826,8 @@ fn node_signature(model: &ClusterModel, local: &BTreeMap<&str, Vec<&PodInfo>>) -
     (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
     for (ns, pods) in local {
         ns.hash(&mut h);
-        for p in model.policies_in(ns) {
-            p.name.hash(&mut h);
-            model.policy_stamp(&p.key()).hash(&mut h);
+        for (p, stamp) in model.policies_in_stamped(ns) {
+            (&p.name, stamp).hash(&mut h);
         }
         for p in pods {
             (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
@@ -831,11 +841,11 @@ fn node_signature(model: &ClusterModel, local: &BTreeMap<&str, Vec<&PodInfo>>) -
 /// shared conjunction's run, less the entries the node's own run holds merged.
 fn assemble(
     used: &[(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)],
-    isolated: &[BTreeMap<Ipv4Addr, String>; 2],
+    isolated: &[BTreeMap<Ipv4Addr, &PodInfo>; 2],
 ) -> Result<FlowSet, PipelineError> {
     type ClauseKey = (TableId, Clause);
     // How many conjunctions on this node use each non-target clause.
-    let mut count: HashMap<ClauseKey, u32> = HashMap::new();
+    let mut count: HashMap<ClauseKey, u32, FastHash> = HashMap::default();
     for (shared, _, dir, _) in used {
         if let Some(c) = shared {
             for (cl, _) in c.clauses.iter().flatten() {
@@ -917,7 +927,7 @@ fn assemble(
             let ck = cookie::cookie(
                 Feature::NetworkPolicy,
                 ObjectKind::Pod,
-                cookie::object_hash(&format!("pod/{pod}")),
+                cookie::object_hash(&format!("pod/{}", pod.key)),
             );
             let m = Clause::Net(dir.target_field(), *ip, 32).to_match();
             flows.push(
@@ -933,16 +943,16 @@ fn assemble(
     Ok(merge_parts(own, &parts))
 }
 
+/// A fast, fixed-seed hasher for the per-node maps (keys are our own values, not input).
+type FastHash = foldhash::fast::FixedState;
+
 /// A shared conjunction a node uses and the pieces of its run the node takes.
 type Part = (Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>);
 
 /// The node's own run merged with the pieces of the shared runs it uses. Every key is unique
 /// (a clause two conjunctions use is in the own run only), so sorting the entries by their
 /// packed keys is the merge; flows whose key does not pack go through [`FlowSet::merge`].
-fn merge_parts(
-    own: SharedRun,
-    parts: &[Part],
-) -> FlowSet {
+fn merge_parts(own: SharedRun, parts: &[Part]) -> FlowSet {
     let own_keys: Option<Vec<[u64; 4]>> = own.iter().map(packed_key).collect();
     let packed = own_keys.as_ref().and_then(|ok| {
         let total: usize = parts
