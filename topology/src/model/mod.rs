@@ -404,6 +404,8 @@ pub struct ClusterModel {
     /// Bumped by changes whose effect on policies is not tracked per policy (NETIDs,
     /// namespaces coming and going): every policy is stale.
     policy_reset_epoch: u64,
+    /// Namespaces by label (key, value), for namespace selectors with `matchLabels`.
+    ns_by_label: BTreeMap<(String, String), BTreeSet<String>>,
 }
 
 impl ClusterModel {
@@ -429,6 +431,7 @@ impl ClusterModel {
             namespace_epoch: 0,
             policy_stamps: BTreeMap::new(),
             policy_reset_epoch: 0,
+            ns_by_label: BTreeMap::new(),
         })
     }
 

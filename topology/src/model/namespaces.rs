@@ -94,6 +94,7 @@ impl ClusterModel {
                 self.policy_index.insert(p);
             }
         }
+        self.replace_namespace_labels(name, Labels::new());
         if let Some(e) = self.namespaces.remove(name) {
             self.namespace_epoch += 1;
             if self.is_policy_mode() && !self.policies.is_empty() {

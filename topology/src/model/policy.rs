@@ -547,7 +547,8 @@ impl ClusterModel {
         if e.labels == labels {
             return Ok(Affected::none());
         }
-        let old = std::mem::replace(&mut e.labels, labels);
+        let old = e.labels.clone();
+        self.replace_namespace_labels(name, labels);
         self.policy_epoch += 1;
         self.namespace_epoch += 1;
         let new = self
@@ -690,14 +691,68 @@ impl ClusterModel {
             .map(|(_, e)| &e.info)
     }
 
-    /// The namespaces a namespace selector selects.
+    /// Set a namespace's labels and keep the label index current.
+    pub(super) fn replace_namespace_labels(&mut self, name: &str, labels: Labels) {
+        let Some(e) = self.namespaces.get_mut(name) else {
+            return;
+        };
+        let old = std::mem::replace(&mut e.labels, labels.clone());
+        for kv in old {
+            if let Some(set) = self.ns_by_label.get_mut(&kv) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.ns_by_label.remove(&kv);
+                }
+            }
+        }
+        for kv in labels {
+            self.ns_by_label
+                .entry(kv)
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+
+    /// The namespaces a namespace selector selects. A selector with `matchLabels` looks only
+    /// at the namespaces that carry the rarest of its labels.
     pub fn selected_namespaces<'a>(
         &'a self,
         sel: &'a LabelSelector,
-    ) -> impl Iterator<Item = NamespaceInfo> + 'a {
-        self.namespaces
+    ) -> Box<dyn Iterator<Item = NamespaceInfo> + 'a> {
+        let rarest = sel
+            .match_labels
             .iter()
-            .filter(|(_, e)| sel.matches(&e.labels))
-            .map(|(n, e)| e.info(n))
+            .map(|(k, v)| {
+                self.ns_by_label
+                    .get(&(k.clone(), v.clone()))
+                    .map_or(0, BTreeSet::len)
+            })
+            .enumerate()
+            .min_by_key(|(_, n)| *n);
+        match rarest {
+            Some((i, _)) => {
+                let (k, v) = sel
+                    .match_labels
+                    .iter()
+                    .nth(i)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .unwrap_or_default();
+                Box::new(
+                    self.ns_by_label
+                        .get(&(k, v))
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|n| self.namespaces.get_key_value(n.as_str()))
+                        .filter(|(_, e)| sel.matches(&e.labels))
+                        .map(|(n, e)| e.info(n)),
+                )
+            }
+            None => Box::new(
+                self.namespaces
+                    .iter()
+                    .filter(|(_, e)| sel.matches(&e.labels))
+                    .map(|(n, e)| e.info(n)),
+            ),
+        }
     }
 }

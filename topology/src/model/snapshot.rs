@@ -115,9 +115,7 @@ impl ClusterModel {
             if !ns.labels.is_empty() {
                 labels::check_labels(&format!("namespace {}", ns.name), &ns.labels)
                     .map_err(PolicyError::from)?;
-                if let Some(e) = m.namespaces.get_mut(&ns.name) {
-                    e.labels = ns.labels.clone();
-                }
+                m.replace_namespace_labels(&ns.name, ns.labels.clone());
             }
         }
         for r in &s.pods {
