@@ -193,6 +193,7 @@ pub fn load_model(
         subnet_cursors: Vec::new(),
         netid_cursor: 0,
         policies: Vec::new(),
+        egress: Default::default(),
     };
     let mut stored_config = None;
     let mut cursors = None;
@@ -204,6 +205,7 @@ pub fn load_model(
             Record::Pod(p) => snap.pods.push(p),
             Record::Cursors(c) => cursors = Some(c),
             Record::NetworkPolicy(p) => snap.policies.push(p),
+            Record::EgressIps(e) => snap.egress = e,
         }
     }
     let mut changes = Vec::new();
@@ -303,6 +305,16 @@ pub fn pod_change(m: &ClusterModel, namespace: &str, name: &str) -> Change {
     match m.pod(namespace, name) {
         Some(p) => Change::Put(Record::Pod(PodRecord { info: p.clone() })),
         None => Change::Delete(RecordKey::Pod(namespace.to_string(), name.to_string())),
+    }
+}
+
+/// The record change for the egress-IP state (Put, or Delete when empty).
+pub fn egress_change(m: &ClusterModel) -> Change {
+    let e = m.egress_snapshot();
+    if e.is_empty() {
+        Change::Delete(RecordKey::EgressIps)
+    } else {
+        Change::Put(Record::EgressIps(e.clone()))
     }
 }
 
