@@ -402,6 +402,7 @@ impl ClusterModel {
     /// usable egress IP: automatic IPs move to other nodes, manual ones drop out. Returns
     /// every node when that changes any NETID's egress, else nothing.
     pub fn set_node_online(&mut self, node: &str, online: bool) -> Affected {
+        let before = self.egress_plan().netids;
         let changed = if online {
             self.egress.offline.remove(node)
         } else {
@@ -410,7 +411,6 @@ impl ClusterModel {
         if !changed || self.egress.spec.namespaces.is_empty() {
             return Affected::none();
         }
-        let before = self.egress_plan().netids;
         self.reallocate_egress_ips();
         if self.egress_plan().netids == before {
             Affected::none()

@@ -330,7 +330,10 @@ mod tests {
             let t = sim.trace("n1", Packet::l4(3, p.mac(), p.ip, OUTSIDE, 6, 443));
             assert_eq!(t.outcomes, vec![host(want)]);
         }
-        m.set_node_online("n2", false);
+        assert!(
+            m.set_node_online("n2", false).all_nodes,
+            "the manual bucket drops out"
+        );
         let (_, groups) = egress_flows(&m, &n1).expect("flows");
         assert_eq!(groups[0].buckets.len(), 1);
         assert_eq!(egress_of(&m, "a", "a1", OUTSIDE), vec![host("n3")]);
