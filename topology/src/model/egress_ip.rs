@@ -474,16 +474,17 @@ impl ClusterModel {
         for (node, e) in &s.nodes {
             self.set_host_subnet_egress(node, e.clone())?;
         }
-        // Placements first, so the requests below keep them.
+        for (ns, ips) in &s.namespaces {
+            self.set_namespace_egress_ips(ns, ips)?;
+        }
+        // The saved placements, once every request is back (placing while requests were still
+        // missing would have moved IPs), kept where they still fit.
         self.egress.spec.automatic = s
             .automatic
             .iter()
             .filter(|(_, n)| self.nodes.contains_key(*n))
             .map(|(ip, n)| (*ip, n.clone()))
             .collect();
-        for (ns, ips) in &s.namespaces {
-            self.set_namespace_egress_ips(ns, ips)?;
-        }
         self.reallocate_egress_ips();
         Ok(())
     }

@@ -512,6 +512,46 @@ mod tests {
         assert!(!m.egress_plan().ips.contains_key(&ip("192.168.0.120")));
     }
 
+    /// A placement that differs from a fresh allocation (it moved on a failover) survives
+    /// save and restore, whatever order the namespaces come back in.
+    #[test]
+    fn moved_placements_survive_a_restore() {
+        let mut m = cluster(Mode::Multitenant);
+        for n in ["n2", "n3"] {
+            m.set_host_subnet_egress(
+                n,
+                HostSubnetEgress {
+                    egress_ips: vec![],
+                    egress_cidrs: vec!["192.168.0.0/24".parse().expect("cidr")],
+                },
+            )
+            .expect("hostsubnet");
+        }
+        m.set_namespace_egress_ips("b", &[ip("192.168.0.100")])
+            .expect("b");
+        assert_eq!(
+            m.egress_plan().ips[&ip("192.168.0.100")].node.as_deref(),
+            Some("n2")
+        );
+        m.set_node_online("n2", false);
+        m.set_node_online("n2", true);
+        m.set_host_subnet_egress(
+            "n1",
+            HostSubnetEgress {
+                egress_ips: vec![ip("192.168.0.101")],
+                egress_cidrs: vec![],
+            },
+        )
+        .expect("n1");
+        m.set_namespace_egress_ips("a", &[ip("192.168.0.101")])
+            .expect("a");
+        let plan = m.egress_plan();
+        assert_eq!(plan.ips[&ip("192.168.0.100")].node.as_deref(), Some("n3"));
+        assert_eq!(plan.ips[&ip("192.168.0.101")].node.as_deref(), Some("n1"));
+        let r = ClusterModel::restore(&m.snapshot()).expect("restore");
+        assert_eq!(r.egress_plan(), plan);
+    }
+
     #[test]
     fn the_mark_avoids_the_kubelet_and_kube_proxy_bits() {
         assert_eq!(egress_mark(0), 0xff00_0000);
