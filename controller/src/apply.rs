@@ -151,6 +151,16 @@ fn apply_one(
             if verb == "configured" {
                 fx.changes.push(namespace_change(m, &ns.name));
             }
+            if let Some(ips) = &ns.egress_ips {
+                if m.namespace_egress_ips(&ns.name) != ips.as_slice() {
+                    fx.merge(crate::egress_api::set_net_namespace_egress_in(
+                        m, &ns.name, ips,
+                    )?);
+                    if verb == "unchanged" {
+                        verb = "configured";
+                    }
+                }
+            }
             Ok(verb)
         }
         ManifestObject::Node(n) => {
@@ -164,13 +174,27 @@ fn apply_one(
                     )));
                 }
             }
-            let verb = match existed {
+            let mut verb = match existed {
                 None => "created",
                 Some(old) if old == info => "unchanged",
                 Some(_) => "configured",
             };
             if verb != "unchanged" {
                 fx.merge(added);
+            }
+            if let Some((ips, cidrs)) = &n.egress {
+                let have = m.host_subnet_egress(&n.name);
+                if &have.egress_ips != ips || &have.egress_cidrs != cidrs {
+                    fx.merge(crate::egress_api::set_host_subnet_egress_in(
+                        m,
+                        &n.name,
+                        Some(ips.clone()),
+                        Some(cidrs.clone()),
+                    )?);
+                    if verb == "unchanged" {
+                        verb = "configured";
+                    }
+                }
             }
             Ok(verb)
         }

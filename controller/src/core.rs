@@ -143,12 +143,16 @@ enum CoreCmd {
 pub struct CoreConfig {
     /// Interval at which every switch is re-read and drift repaired.
     pub audit_interval: Duration,
+    /// After start, how long a node's switch has to connect before the node counts as offline
+    /// for egress IPs (switches retry with backoff up to 8 s after a controller restart).
+    pub liveness_grace: Duration,
 }
 
 impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
             audit_interval: Duration::from_secs(30),
+            liveness_grace: Duration::from_secs(10),
         }
     }
 }
@@ -193,6 +197,7 @@ pub fn load_model(
         subnet_cursors: Vec::new(),
         netid_cursor: 0,
         policies: Vec::new(),
+        egress: Default::default(),
     };
     let mut stored_config = None;
     let mut cursors = None;
@@ -204,6 +209,7 @@ pub fn load_model(
             Record::Pod(p) => snap.pods.push(p),
             Record::Cursors(c) => cursors = Some(c),
             Record::NetworkPolicy(p) => snap.policies.push(p),
+            Record::EgressIps(e) => snap.egress = e,
         }
     }
     let mut changes = Vec::new();
@@ -306,6 +312,16 @@ pub fn pod_change(m: &ClusterModel, namespace: &str, name: &str) -> Change {
     }
 }
 
+/// The record change for the egress-IP state (Put, or Delete when empty).
+pub fn egress_change(m: &ClusterModel) -> Change {
+    let e = m.egress_snapshot();
+    if e.is_empty() {
+        Change::Delete(RecordKey::EgressIps)
+    } else {
+        Change::Put(Record::EgressIps(e.clone()))
+    }
+}
+
 /// The record change for a namespace (Put, or Delete when gone).
 pub fn namespace_change(m: &ClusterModel, name: &str) -> Change {
     match m.namespace(name) {
@@ -382,6 +398,14 @@ impl Core {
             );
             core.reconcilers.insert(node, h);
         }
+        let grace = core.cfg.liveness_grace;
+        let tx_grace = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = tx_grace.send(CoreCmd::Read(Box::new(|c: &mut Core| {
+                c.mark_unconnected_offline()
+            })));
+        });
         tokio::spawn(core.run(rx));
         Ok(CoreHandle {
             tx,
@@ -588,6 +612,7 @@ impl Core {
                     dpid,
                     link,
                 });
+                self.node_liveness(&node, true);
                 self.publish(Event::now(
                     "SwitchConnected",
                     format!("node/{node}"),
@@ -619,11 +644,71 @@ impl Core {
                 self.unknown.remove(&dpid);
             }
         }
+        if !self.connected.contains_key(&dpid) {
+            if let Some(node) = self.model.node_by_dpid(dpid).map(|n| n.name.clone()) {
+                self.node_liveness(&node, false);
+            }
+        }
         self.publish(Event::now(
             "SwitchDisconnected",
             format!("switch/{dpid:#018x}"),
             format!("switch {dpid:#018x} disconnected"),
         ));
+    }
+
+    /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its
+    /// automatic egress IPs move to other nodes, its manual ones drop out of the groups) and
+    /// online again once its switch is back. Affected switches are reprogrammed at once.
+    fn node_liveness(&mut self, node: &str, online: bool) {
+        let node = node.to_string();
+        self.mutate(Box::new(move |m: &mut ClusterModel| {
+            let affected = m.set_node_online(&node, online);
+            if affected.is_empty() {
+                return None;
+            }
+            let ev = Event::now(
+                if online {
+                    "EgressNodeOnline"
+                } else {
+                    "EgressNodeOffline"
+                },
+                format!("node/{node}"),
+                if online {
+                    format!("node {node} is back: its egress IPs are usable again")
+                } else {
+                    format!("node {node}'s switch is gone: its egress IPs moved or dropped out")
+                },
+            );
+            tracing::info!(%node, online, "egress IPs follow node liveness");
+            let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "egress failover not acknowledged by every switch");
+                }
+            });
+            Some((
+                Effects {
+                    affected,
+                    changes: vec![egress_change(m)],
+                    require_connected: None,
+                    events: vec![ev],
+                },
+                finish,
+            ))
+        }));
+    }
+
+    /// At the end of the start-up grace: nodes whose switch never connected are offline.
+    fn mark_unconnected_offline(&mut self) {
+        let connected: std::collections::BTreeSet<u64> = self.connected.keys().copied().collect();
+        let down: Vec<String> = self
+            .model
+            .nodes()
+            .filter(|n| !connected.contains(&n.dpid))
+            .map(|n| n.name.clone())
+            .collect();
+        for n in down {
+            self.node_liveness(&n, false);
+        }
     }
 
     /// Every switch's status: nodes first (by name), then unknown datapaths.

@@ -92,6 +92,7 @@ fn host_subnet(n: &NodeInfo) -> pa::HostSubnet {
         subnet: n.subnet.to_string(),
         dpid: n.dpid,
         gateway: n.gateway().to_string(),
+        ..Default::default()
     }
 }
 
@@ -100,6 +101,7 @@ fn netns(n: &NamespaceInfo) -> pa::NetNamespace {
         name: n.name.clone(),
         netid: n.netid,
         labels: n.labels.clone().into_iter().collect(),
+        ..Default::default()
     }
 }
 
@@ -256,7 +258,17 @@ impl Admin for AdminService {
     ) -> Result<Response<pa::HostSubnetList>, Status> {
         let items = self
             .core
-            .read(|c| c.model.nodes().map(host_subnet).collect())
+            .read(|c| {
+                let plan = c.model.egress_plan();
+                c.model
+                    .nodes()
+                    .map(|n| {
+                        let mut h = host_subnet(n);
+                        crate::egress_api::fill_host_subnet(&c.model, &plan, &mut h);
+                        h
+                    })
+                    .collect()
+            })
             .await?;
         Ok(Response::new(pa::HostSubnetList { items }))
     }
@@ -283,7 +295,17 @@ impl Admin for AdminService {
     ) -> Result<Response<pa::NetNamespaceList>, Status> {
         let items = self
             .core
-            .read(|c| c.model.namespaces().map(|n| netns(&n)).collect())
+            .read(|c| {
+                let plan = c.model.egress_plan();
+                c.model
+                    .namespaces()
+                    .map(|n| {
+                        let mut v = netns(&n);
+                        crate::egress_api::fill_net_namespace(&c.model, &plan, &mut v);
+                        v
+                    })
+                    .collect()
+            })
             .await?;
         Ok(Response::new(pa::NetNamespaceList { items }))
     }
@@ -501,6 +523,22 @@ impl Admin for AdminService {
     ) -> Result<Response<pa::LabelReply>, Status> {
         let reply = crate::policy_api::label(&self.core, r.into_inner(), true).await?;
         Ok(Response::new(reply))
+    }
+
+    async fn patch_net_namespace(
+        &self,
+        r: Request<pa::PatchNetNamespaceRequest>,
+    ) -> Result<Response<pa::NetNamespace>, Status> {
+        let n = crate::egress_api::patch_net_namespace(&self.core, r.into_inner()).await?;
+        Ok(Response::new(n))
+    }
+
+    async fn patch_host_subnet(
+        &self,
+        r: Request<pa::PatchHostSubnetRequest>,
+    ) -> Result<Response<pa::HostSubnet>, Status> {
+        let h = crate::egress_api::patch_host_subnet(&self.core, r.into_inner()).await?;
+        Ok(Response::new(h))
     }
 }
 

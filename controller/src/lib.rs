@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod cli;
 pub mod core;
+pub mod egress_api;
 pub mod error;
 pub mod grpc;
 pub mod link;

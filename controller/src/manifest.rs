@@ -75,6 +75,9 @@ pub struct NamespaceSpec {
     /// `metadata.labels` of a `v1 Namespace` (the namespace's labels become exactly these);
     /// `None` for a NetNamespace, which leaves labels alone.
     pub labels: Option<Labels>,
+    /// NetNamespace `egressIPs` (absent: none); `None` for a `v1 Namespace`, which leaves
+    /// egress IPs alone.
+    pub egress_ips: Option<Vec<Ipv4Addr>>,
 }
 
 /// A node to add.
@@ -88,6 +91,9 @@ pub struct NodeSpec {
     pub dpid: u64,
     /// HostSubnet `subnet` if given; the server allocates and may validate it.
     pub subnet: Option<String>,
+    /// HostSubnet `egressIPs` and `egressCIDRs` (absent: none); `None` for a `v1 Node`,
+    /// which leaves them alone.
+    pub egress: Option<(Vec<Ipv4Addr>, Vec<topology::Ipv4Cidr>)>,
 }
 
 /// A pod to attach.
@@ -364,6 +370,7 @@ fn parse_namespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
         name,
         netid: None,
         labels: Some(labels),
+        egress_ips: None,
     }))
 }
 
@@ -398,10 +405,16 @@ fn parse_netnamespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
             })
         })?),
     };
+    let egress_ips = doc
+        .opt_str_list("egressIPs")?
+        .iter()
+        .map(|t| doc.ipv4("egressIPs", t))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid,
         labels: None,
+        egress_ips: Some(egress_ips),
     }))
 }
 
@@ -445,6 +458,7 @@ fn parse_node(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
         node_ip,
         dpid,
         subnet: None,
+        egress: None,
     }))
 }
 
@@ -473,11 +487,30 @@ fn parse_hostsubnet(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
     let node_ip = doc.ipv4("hostIP", &ip_text)?;
     let subnet = doc.opt_str("subnet")?;
     let dpid = doc.dpid_annotation()?;
+    let egress_ips = doc
+        .opt_str_list("egressIPs")?
+        .iter()
+        .map(|t| doc.ipv4("egressIPs", t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let egress_cidrs = doc
+        .opt_str_list("egressCIDRs")?
+        .iter()
+        .map(|t| {
+            t.trim().parse::<topology::Ipv4Cidr>().map_err(|e| {
+                doc.err(Problem::Invalid {
+                    field: "egressCIDRs".into(),
+                    value: t.clone(),
+                    reason: format!("not an IPv4 CIDR ({e})"),
+                })
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(ManifestObject::Node(NodeSpec {
         name,
         node_ip,
         dpid,
         subnet,
+        egress: Some((egress_ips, egress_cidrs)),
     }))
 }
 
@@ -719,6 +752,24 @@ impl<'a> Doc<'a> {
                 field: path.to_string(),
                 expected: "a string",
             })),
+        }
+    }
+
+    /// A list of strings (absent or null: empty).
+    fn opt_str_list(&self, path: &str) -> Result<Vec<String>, ManifestError> {
+        let wrong = || {
+            self.err(Problem::WrongType {
+                field: path.to_string(),
+                expected: "a list of strings",
+            })
+        };
+        match self.get(path) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Sequence(v)) => v
+                .iter()
+                .map(|x| x.as_str().map(str::to_string).ok_or_else(wrong))
+                .collect(),
+            Some(_) => Err(wrong()),
         }
     }
 
@@ -1002,6 +1053,7 @@ mod tests {
                 name: "ns1".into(),
                 netid: None,
                 labels: Some(Labels::new()),
+                egress_ips: None,
             })
         );
         assert_eq!(o.describe(), "namespace/ns1");
@@ -1018,6 +1070,7 @@ mod tests {
                 name: "ns2".into(),
                 netid: Some(4242),
                 labels: None,
+                egress_ips: Some(vec![]),
             })
         );
         let o = one("apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: ns3\n");
@@ -1027,6 +1080,7 @@ mod tests {
                 name: "ns3".into(),
                 netid: None,
                 labels: None,
+                egress_ips: Some(vec![]),
             })
         );
     }
@@ -1084,7 +1138,8 @@ status:
                 name: "node-1".into(),
                 node_ip: Ipv4Addr::new(192, 168, 1, 11),
                 dpid: 0xa1,
-                subnet: None
+                subnet: None,
+                egress: None,
             })
         );
     }
@@ -1143,7 +1198,8 @@ subnet: 10.128.2.0/23
                 name: "node-2".into(),
                 node_ip: Ipv4Addr::new(192, 168, 1, 12),
                 dpid: 2,
-                subnet: Some("10.128.2.0/23".into())
+                subnet: Some("10.128.2.0/23".into()),
+                egress: Some((vec![], vec![])),
             })
         );
     }

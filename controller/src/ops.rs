@@ -3,7 +3,8 @@
 //! acknowledgements the same way.
 
 use crate::core::{
-    cursors_change, namespace_change, node_change, pod_change, CoreHandle, Effects, Event,
+    cursors_change, egress_change, namespace_change, node_change, pod_change, CoreHandle, Effects,
+    Event,
 };
 use crate::error::ApiError;
 use std::net::Ipv4Addr;
@@ -56,7 +57,7 @@ pub async fn delete_node(core: &CoreHandle, name: String) -> Result<(), ApiError
             .map(|p| (p.key.namespace.clone(), p.key.name.clone()))
             .collect();
         let affected = m.delete_node(&name)?;
-        let mut changes = vec![node_change(m, &name), cursors_change(m)];
+        let mut changes = vec![node_change(m, &name), cursors_change(m), egress_change(m)];
         changes.extend(pods.iter().map(|(ns, n)| pod_change(m, ns, n)));
         let ev = Event::now(
             "NodeDeleted",
@@ -125,7 +126,11 @@ pub async fn delete_namespace(core: &CoreHandle, name: String) -> Result<(), Api
             .map(|p| p.key.name.clone())
             .collect();
         let affected = m.delete_namespace(&name)?;
-        let mut changes = vec![namespace_change(m, &name), cursors_change(m)];
+        let mut changes = vec![
+            namespace_change(m, &name),
+            cursors_change(m),
+            egress_change(m),
+        ];
         changes.extend(pods.iter().map(|p| pod_change(m, &name, p)));
         let ev = Event::now(
             "NamespaceDeleted",

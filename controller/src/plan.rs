@@ -29,9 +29,15 @@ pub fn plan(diff: &FlowDiff) -> Vec<SwitchChange> {
         out.push(SwitchChange::Flow(FlowMod::add(f.clone())));
     }
     for g in &diff.group_deletes {
+        // A delete names the group only, as `ovs-ofctl del-groups` sends it: Open vSwitch
+        // refuses a GROUP_MOD delete that carries buckets (OFPGMFC_INVALID_GROUP).
         out.push(SwitchChange::Group(GroupMod {
             command: GroupModCommand::Delete,
-            group: g.clone(),
+            group: ofproto::Group {
+                group_id: g.group_id,
+                group_type: ofproto::GroupType::All,
+                buckets: Vec::new(),
+            },
         }));
     }
     out
@@ -47,7 +53,7 @@ mod tests {
         let g = Group {
             group_id: 7,
             group_type: GroupType::Select,
-            buckets: vec![],
+            buckets: vec![ofproto::Bucket::new(vec![ofproto::Action::output(2)])],
         };
         let f = Flow::new(0, 100, Match::new().in_port(3));
         let d = FlowDiff {
@@ -73,8 +79,8 @@ mod tests {
             &p[3],
             SwitchChange::Group(GroupMod {
                 command: GroupModCommand::Delete,
-                ..
-            })
+                group: Group { group_id: 7, group_type: GroupType::All, buckets },
+            }) if buckets.is_empty()
         ));
     }
 }

@@ -181,6 +181,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         store,
         CoreConfig {
             audit_interval: cfg.audit_interval,
+            ..CoreConfig::default()
         },
         metrics.clone(),
     )?;

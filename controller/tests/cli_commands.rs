@@ -53,6 +53,7 @@ impl Fake {
                     subnet: "10.128.2.0/23".into(),
                     dpid: 0x2,
                     gateway: "10.128.2.1".into(),
+                    ..Default::default()
                 },
                 admin::HostSubnet {
                     node: "node-1".into(),
@@ -60,6 +61,7 @@ impl Fake {
                     subnet: "10.128.0.0/23".into(),
                     dpid: 0xa1,
                     gateway: "10.128.0.1".into(),
+                    ..Default::default()
                 },
             ],
             namespaces: vec![
@@ -157,6 +159,7 @@ impl Admin for Fake {
             subnet: "10.128.4.0/23".into(),
             dpid: r.dpid,
             gateway: "10.128.4.1".into(),
+            ..Default::default()
         };
         s.nodes.push(hs.clone());
         Ok(Response::new(hs))
@@ -565,6 +568,20 @@ impl Admin for Fake {
         &self,
         _: Request<admin::LabelRequest>,
     ) -> Result<Response<admin::LabelReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn patch_net_namespace(
+        &self,
+        _: Request<admin::PatchNetNamespaceRequest>,
+    ) -> Result<Response<admin::NetNamespace>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn patch_host_subnet(
+        &self,
+        _: Request<admin::PatchHostSubnetRequest>,
+    ) -> Result<Response<admin::HostSubnet>, Status> {
         Err(Status::unimplemented("not in the fake"))
     }
 }

@@ -759,6 +759,10 @@ impl Simulator {
                     self.run_table(n, tbl, &mut q, hops, t, budget, &mut copy_last);
                     *last = copy_last;
                     p.ct_state = RECIRCULATED; // the original copy does not go on
+                } else {
+                    // As Open vSwitch: after `ct` without `table=` the packet goes on
+                    // untracked, its conntrack fields cleared.
+                    p.ct_state = 0;
                 }
             }
             _ => {} // note, dec_ttl, ...: no effect on where the packet goes

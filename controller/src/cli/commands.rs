@@ -54,6 +54,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::OfpPrint { hex } => ofp_print(hex),
         Command::Label(c) => label(&s, c).await,
         Command::Delete(d) => delete(&s, d).await,
+        Command::Patch(c) => print(&super::egress::patch(s.conn().await?, c).await?),
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod client;
 mod commands;
+pub mod egress;
 pub mod errors;
 pub mod output;
 
@@ -65,6 +66,10 @@ pub enum Command {
     Label(LabelCommand),
     /// Delete an object by kind and name (`delete networkpolicy NS/NAME`).
     Delete(DeleteArgs),
+    /// Change egress IPs the way `oc patch` does (`patch netnamespace NAME --egress-ips=...`,
+    /// `patch hostsubnet NODE --egress-cidrs=...|--egress-ips=...`).
+    #[command(subcommand)]
+    Patch(egress::PatchCommand),
     /// Decode OpenFlow messages given as hex (one message or a stream) and print them as
     /// `ovs-ofctl ofp-print` does. Needs no controller.
     OfpPrint {

@@ -51,6 +51,11 @@ pub trait Tabular {
     fn headers(wide: bool) -> Vec<&'static str>;
     /// The row's cells, one per header.
     fn row(&self, wide: bool) -> Vec<String>;
+    /// How many of the last columns are left out of a table when every row has them empty
+    /// (egress IPs: shown only where some are configured).
+    fn optional_columns() -> usize {
+        0
+    }
 }
 
 /// A pod as printed.
@@ -168,6 +173,63 @@ pub struct HostSubnetView {
     pub dpid: String,
     /// Gateway (tun0) address.
     pub gateway: String,
+    /// `egressCIDRs` (automatic egress IPs may be placed from these).
+    #[serde(rename = "egressCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub egress_cidrs: Vec<String>,
+    /// `egressIPs` (manual: the IPs this node hosts).
+    #[serde(rename = "egressIPs", skip_serializing_if = "Vec::is_empty")]
+    pub egress_ips: Vec<String>,
+    /// The egress IPs this node serves, manual or assigned, with their state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assigned_egress_ips: Vec<EgressIpView>,
+    /// True while the node's switch is disconnected (left out otherwise).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub offline: bool,
+}
+
+/// One requested egress IP as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressIpView {
+    /// The IP.
+    pub ip: String,
+    /// The namespace requesting it.
+    pub namespace: String,
+    /// The node hosting it (left out when none).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub node: String,
+    /// Placed by the controller from egressCIDRs.
+    pub automatic: bool,
+    /// Whether traffic uses it now.
+    pub usable: bool,
+    /// Why not (left out when usable).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+impl From<&admin::EgressIpStatus> for EgressIpView {
+    fn from(s: &admin::EgressIpStatus) -> Self {
+        EgressIpView {
+            ip: s.ip.clone(),
+            namespace: s.namespace.clone(),
+            node: s.node.clone(),
+            automatic: s.automatic,
+            usable: s.usable,
+            reason: s.reason.clone(),
+        }
+    }
+}
+
+/// `IP` (usable) or `IP(unusable)`, comma-separated.
+fn egress_cell(v: &[EgressIpView], with_node: bool) -> String {
+    v.iter()
+        .map(|s| match (s.usable, with_node) {
+            (true, true) => format!("{}@{}", s.ip, s.node),
+            (true, false) => s.ip.clone(),
+            (false, _) => format!("{}(unusable)", s.ip),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl From<&admin::HostSubnet> for HostSubnetView {
@@ -178,6 +240,14 @@ impl From<&admin::HostSubnet> for HostSubnetView {
             subnet: h.subnet.clone(),
             dpid: hex64(h.dpid),
             gateway: h.gateway.clone(),
+            egress_cidrs: h.egress_cidrs.clone(),
+            egress_ips: h.egress_ips.clone(),
+            assigned_egress_ips: h
+                .assigned_egress_ips
+                .iter()
+                .map(EgressIpView::from)
+                .collect(),
+            offline: h.offline,
         }
     }
 }
@@ -188,7 +258,11 @@ impl Tabular for HostSubnetView {
         if wide {
             h.push("GATEWAY");
         }
+        h.extend(["EGRESS CIDRS", "EGRESS IPS"]);
         h
+    }
+    fn optional_columns() -> usize {
+        2
     }
     fn row(&self, wide: bool) -> Vec<String> {
         let mut r = vec![
@@ -200,6 +274,19 @@ impl Tabular for HostSubnetView {
         if wide {
             r.push(self.gateway.clone());
         }
+        r.push(self.egress_cidrs.join(","));
+        // Manual IPs not requested by any namespace are hosted but idle: shown bare.
+        let mut ips: Vec<String> = self
+            .egress_ips
+            .iter()
+            .filter(|ip| !self.assigned_egress_ips.iter().any(|a| &a.ip == *ip))
+            .cloned()
+            .collect();
+        let assigned = egress_cell(&self.assigned_egress_ips, false);
+        if !assigned.is_empty() {
+            ips.insert(0, assigned);
+        }
+        r.push(ips.join(","));
         r
     }
 }
@@ -215,6 +302,12 @@ pub struct NetNamespaceView {
     /// `metadata.labels` (left out when there are none).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// `egressIPs` (left out when there are none).
+    #[serde(rename = "egressIPs", skip_serializing_if = "Vec::is_empty")]
+    pub egress_ips: Vec<String>,
+    /// Where each requested egress IP stands (left out when none is requested).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress_ip_status: Vec<EgressIpView>,
 }
 
 impl From<&admin::NetNamespace> for NetNamespaceView {
@@ -223,6 +316,8 @@ impl From<&admin::NetNamespace> for NetNamespaceView {
             name: n.name.clone(),
             netid: n.netid,
             labels: n.labels.clone().into_iter().collect(),
+            egress_ips: n.egress_ips.clone(),
+            egress_ip_status: n.egress_ip_status.iter().map(EgressIpView::from).collect(),
         }
     }
 }
@@ -233,6 +328,7 @@ impl Tabular for NetNamespaceView {
         if wide {
             h.push("LABELS");
         }
+        h.push("EGRESS IPS");
         h
     }
     fn row(&self, wide: bool) -> Vec<String> {
@@ -240,7 +336,11 @@ impl Tabular for NetNamespaceView {
         if wide {
             r.push(labels_cell(&self.labels));
         }
+        r.push(egress_cell(&self.egress_ip_status, true));
         r
+    }
+    fn optional_columns() -> usize {
+        1
     }
 }
 
@@ -582,8 +682,23 @@ pub fn render_list<T: Serialize + Tabular>(
                 return Ok(String::new());
             }
             let wide = format == OutputFormat::Wide;
-            let rows: Vec<Vec<String>> = items.iter().map(|i| i.row(wide)).collect();
-            Ok(table(&T::headers(wide), &rows))
+            let mut rows: Vec<Vec<String>> = items.iter().map(|i| i.row(wide)).collect();
+            let mut headers = T::headers(wide);
+            for _ in 0..T::optional_columns() {
+                let last = headers.len().saturating_sub(1);
+                if rows
+                    .iter()
+                    .all(|r| r.get(last).is_none_or(|c| c.is_empty()))
+                {
+                    headers.truncate(last);
+                    for r in &mut rows {
+                        r.truncate(last);
+                    }
+                } else {
+                    break;
+                }
+            }
+            Ok(table(&headers, &rows))
         }
         OutputFormat::Json => Ok(format!("{}\n", serde_json::to_string_pretty(items)?)),
         OutputFormat::Yaml => Ok(serde_yaml::to_string(items)?),
@@ -777,6 +892,7 @@ mod tests {
             subnet: "10.128.0.0/23".into(),
             dpid: 0xa1,
             gateway: "10.128.0.1".into(),
+            ..Default::default()
         };
         let v = vec![HostSubnetView::from(&h)];
         let j: serde_json::Value =
@@ -796,6 +912,8 @@ mod tests {
             name: "a".into(),
             netid: 0,
             labels: BTreeMap::new(),
+            egress_ips: Vec::new(),
+            egress_ip_status: Vec::new(),
         }];
         let y = render_list(&v, OutputFormat::Yaml).expect("renders");
         assert_eq!(y, "- name: a\n  netid: 0\n");

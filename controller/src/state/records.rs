@@ -2,7 +2,7 @@
 //! change writes only what it touched.
 
 use serde::{Deserialize, Serialize};
-use topology::model::{NamespaceInfo, NetworkPolicy, NodeRecord, PodRecord};
+use topology::model::{EgressSnapshot, NamespaceInfo, NetworkPolicy, NodeRecord, PodRecord};
 use topology::ClusterNetworkConfig;
 
 /// Allocation cursors that are not part of any one object.
@@ -31,6 +31,8 @@ pub enum Record {
     Cursors(CursorsRecord),
     /// A NetworkPolicy.
     NetworkPolicy(NetworkPolicy),
+    /// Egress IPs: NetNamespace and HostSubnet egress fields, automatic placements (a singleton).
+    EgressIps(EgressSnapshot),
 }
 
 /// The key of a record: its kind and name.
@@ -48,6 +50,8 @@ pub enum RecordKey {
     Cursors,
     /// A NetworkPolicy by namespace and name.
     NetworkPolicy(String, String),
+    /// The egress-IP state.
+    EgressIps,
 }
 
 impl RecordKey {
@@ -60,6 +64,7 @@ impl RecordKey {
             RecordKey::Pod(ns, n) => format!("pod/{ns}/{n}"),
             RecordKey::Cursors => "cursors/default".to_string(),
             RecordKey::NetworkPolicy(ns, n) => format!("networkpolicy/{ns}/{n}"),
+            RecordKey::EgressIps => "egressips/default".to_string(),
         }
     }
 }
@@ -76,6 +81,7 @@ impl Record {
             Record::NetworkPolicy(p) => {
                 RecordKey::NetworkPolicy(p.namespace.clone(), p.name.clone())
             }
+            Record::EgressIps(_) => RecordKey::EgressIps,
         }
     }
 }

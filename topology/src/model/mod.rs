@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
+pub use egress_ip::{
+    egress_mark, EgressError, EgressIpStatus, EgressPlan, EgressSnapshot, HostSubnetEgress,
+};
 pub use labels::{LabelSelector, Labels, Requirement, SelectorOp};
 pub use policy::{
     ContainerPort, NetworkPolicy, Peer, PodMeta, PolicyError, PolicyKey, PolicyPort, PolicyRule,
@@ -264,6 +267,9 @@ pub enum ModelError {
         /// The namespaces sharing it, comma-separated.
         namespaces: String,
     },
+    /// An egress-IP request is invalid.
+    #[error(transparent)]
+    Egress(#[from] EgressError),
     /// A NETID in saved state is out of range.
     #[error("namespace {namespace}: NETID {netid} is out of range (0..=16777215)")]
     BadNetId {
@@ -363,6 +369,9 @@ pub struct ModelSnapshot {
     /// NetworkPolicies.
     #[serde(default)]
     pub policies: Vec<NetworkPolicy>,
+    /// Egress IPs: requests, node settings, automatic placements.
+    #[serde(default, skip_serializing_if = "EgressSnapshot::is_empty")]
+    pub egress: EgressSnapshot,
 }
 
 /// What to attach: a pod on a node's OVS port.
@@ -395,6 +404,7 @@ pub struct ClusterModel {
     dpids: BTreeMap<u64, String>,
     policies: BTreeMap<PolicyKey, NetworkPolicy>,
     policy_index: policy::PolicyIndex,
+    egress: egress_ip::EgressState,
     node_epoch: u64,
     config_epoch: u64,
     policy_epoch: u64,
@@ -425,6 +435,7 @@ impl ClusterModel {
             dpids: BTreeMap::new(),
             policies: BTreeMap::new(),
             policy_index: Default::default(),
+            egress: Default::default(),
             node_epoch: 0,
             config_epoch: 0,
             policy_epoch: 0,
@@ -481,6 +492,7 @@ impl ClusterModel {
     }
 }
 
+mod egress_ip;
 pub mod labels;
 mod namespaces;
 mod nodes;

@@ -110,6 +110,10 @@ impl ClusterModel {
                     affected.merge(self.nodes_of_namespace(&ns));
                 }
             }
+            if self.namespace_has_egress(name) {
+                self.forget_namespace_egress(name);
+                affected = Affected::all();
+            }
             self.graph.remove_node(e.vertex);
             self.netids.release(e.netid);
             self.drop_netid_vertex_if_unused(e.netid);
@@ -215,6 +219,11 @@ impl ClusterModel {
         }
         self.graph.add_edge(v, nv, Edge::NamespaceNetId);
         self.drop_netid_vertex_if_unused(old);
+        if self.namespace_has_egress(name) {
+            // Its egress IPs now serve another NETID: every node's table 101 changes.
+            self.reallocate_egress_ips();
+            return Ok(Affected::all());
+        }
         Ok(self.nodes_of_namespace(name))
     }
 

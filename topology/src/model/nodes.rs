@@ -100,6 +100,7 @@ impl ClusterModel {
             self.node_ips.remove(&e.info.ip);
             self.dpids.remove(&e.info.dpid);
         }
+        self.forget_node_egress(name);
         self.node_epoch += 1;
         Ok(Affected::all())
     }

@@ -44,6 +44,7 @@ impl ClusterModel {
             subnet_cursors: self.subnets.cursors().to_vec(),
             netid_cursor: self.netids.cursor(),
             policies: self.policies.values().cloned().collect(),
+            egress: self.egress_snapshot().clone(),
         }
     }
 
@@ -152,6 +153,7 @@ impl ClusterModel {
             }
             m.apply_policy(p.clone())?;
         }
+        m.restore_egress(&s.egress)?;
         m.subnets.set_cursors(&s.subnet_cursors);
         m.netids.set_cursor(s.netid_cursor);
         Ok(m)

@@ -5,6 +5,7 @@
 //!   (multitenant), kept sorted and rebuilt by splicing only the fragments whose inputs changed;
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
 //!   or a pod changes (see `netpol`);
+//! * its *egress-IP* run (table 101) and groups, computed from the egress plan (see `egress_ip`);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -169,11 +170,14 @@ impl Pipeline {
             },
         );
         let policy = self.policies.node_flows(model, node)?;
+        let (egress, groups) = super::egress_ip::egress_flows(model, info)?;
+        let egress: SharedRun = Arc::from(egress);
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
             FlowSet::from_chain(vec![(local.clone(), 0..local.len())]),
             policy,
+            FlowSet::from_chain(vec![(egress.clone(), 0..egress.len())]),
         ];
         for (t, run) in mesh.runs.iter().enumerate() {
             // The mesh run without the node's own entry (still sorted).
@@ -186,7 +190,7 @@ impl Pipeline {
             };
             parts.push(FlowSet::from_chain(pieces));
         }
-        Ok(FlowSet::merge(parts, Vec::new()))
+        Ok(FlowSet::merge(parts, groups))
     }
 }
 

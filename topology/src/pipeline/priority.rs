@@ -36,6 +36,9 @@ pub enum Band {
     PolicyIsolate = 180,
     /// Pods no policy isolates: allow (t27, t80, networkpolicy mode).
     PolicyOpen = 90,
+    /// Egress IPs: a packet tunnelled to a node that hosts none of its NETID's IPs is
+    /// dropped, neither relayed nor sent out with the node's address (t101).
+    EgressNoRelay = 190,
 }
 
 impl Band {

@@ -278,7 +278,7 @@ pub static TABLES: &[TableSpec] = &[
     TableSpec {
         id: T::EgressIp,
         name: "egress-ip",
-        matches: &[EthType, Reg(0), CtState],
+        matches: &[InPort, EthType, Reg(0), CtState],
         sets: &[TunnelId, TunIpv4Dst, EthDst, PktMark],
         gotos: &[],
         default: TableDefault::Output(2),
