@@ -78,6 +78,9 @@ pub struct NamespaceInfo {
     /// `metadata.labels`.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// The multicast annotation is `true` (see `multicast`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub multicast: bool,
 }
 
 /// A pod attached to a node.
@@ -309,6 +312,7 @@ struct NamespaceEntry {
     vertex: NodeIndex,
     pods: BTreeSet<String>,
     labels: Labels,
+    multicast: bool,
 }
 
 impl NamespaceEntry {
@@ -317,6 +321,7 @@ impl NamespaceEntry {
             name: name.to_string(),
             netid: self.netid,
             labels: self.labels.clone(),
+            multicast: self.multicast,
         }
     }
 }
@@ -472,6 +477,7 @@ impl ClusterModel {
 }
 
 pub mod labels;
+pub mod multicast;
 mod namespaces;
 mod nodes;
 mod pods;

@@ -39,6 +39,7 @@ impl ClusterModel {
                 name: name.to_string(),
                 netid,
                 labels: Labels::new(),
+                multicast: false,
             },
             affected,
         ))
@@ -64,6 +65,7 @@ impl ClusterModel {
                 vertex: v,
                 pods: BTreeSet::new(),
                 labels: Labels::new(),
+                multicast: false,
             },
         );
     }
@@ -108,6 +110,8 @@ impl ClusterModel {
             self.graph.remove_node(e.vertex);
             self.netids.release(e.netid);
             self.drop_netid_vertex_if_unused(e.netid);
+            // The NETID's other namespaces may all want multicast now.
+            affected.merge(self.multicast_nodes(e.netid));
         }
         Ok(affected)
     }
@@ -184,6 +188,7 @@ impl ClusterModel {
         if old == netid {
             return Ok(Affected::none());
         }
+        let mut multicast = self.multicast_nodes(old);
         self.netids
             .retain(netid)
             .map_err(|source| ModelError::Alloc {
@@ -208,7 +213,9 @@ impl ClusterModel {
         }
         self.graph.add_edge(v, nv, Edge::NamespaceNetId);
         self.drop_netid_vertex_if_unused(old);
-        Ok(self.nodes_of_namespace(name))
+        multicast.merge(self.multicast_nodes(netid));
+        multicast.merge(self.nodes_of_namespace(name));
+        Ok(multicast)
     }
 
     pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {

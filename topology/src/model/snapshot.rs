@@ -119,6 +119,9 @@ impl ClusterModel {
                     e.labels = ns.labels.clone();
                 }
             }
+            if let Some(e) = m.namespaces.get_mut(&ns.name) {
+                e.multicast = ns.multicast;
+            }
         }
         for r in &s.pods {
             let p = &r.info;

@@ -5,6 +5,8 @@
 //!   (multitenant), kept sorted and rebuilt by splicing only the fragments whose inputs changed;
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
 //!   or a pod changes (see `netpol`);
+//! * its *multicast* run and groups (tables 110, 111, 120; see `multicast`), rebuilt on every
+//!   call (it is empty unless a NETID with a local pod has multicast);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -169,11 +171,14 @@ impl Pipeline {
             },
         );
         let policy = self.policies.node_flows(model, node)?;
+        let (multicast, groups) = super::multicast::node_multicast(model, node)?;
+        let multicast: SharedRun = Arc::from(multicast);
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
             (local.clone(), 0..local.len()),
             (policy.clone(), 0..policy.len()),
+            (multicast.clone(), 0..multicast.len()),
         ];
         for (t, run) in mesh.runs.iter().enumerate() {
             match own {
@@ -185,7 +190,7 @@ impl Pipeline {
                 None => parts.push((run.clone(), 0..run.len())),
             }
         }
-        Ok(FlowSet::from_runs(parts, Vec::new()))
+        Ok(FlowSet::from_runs(parts, groups))
     }
 }
 

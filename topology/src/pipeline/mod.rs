@@ -7,6 +7,7 @@ pub mod cookie;
 pub mod flowset;
 pub mod fragments;
 pub mod groups;
+pub mod multicast;
 pub mod netpol;
 pub mod priority;
 pub mod regs;
