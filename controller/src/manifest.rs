@@ -75,6 +75,9 @@ pub struct NamespaceSpec {
     /// `metadata.labels` of a `v1 Namespace` (the namespace's labels become exactly these);
     /// `None` for a NetNamespace, which leaves labels alone.
     pub labels: Option<Labels>,
+    /// The annotation `netnamespace.network.openshift.io/multicast-enabled` (`true`/`false`);
+    /// `None` when absent, which leaves multicast as it is.
+    pub multicast: Option<bool>,
 }
 
 /// A node to add.
@@ -360,10 +363,12 @@ fn parse_namespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
     let name = doc.req_str("metadata.name", "the namespace name")?;
     doc.check_name("metadata.name", &name)?;
     let labels = doc.labels()?;
+    let multicast = doc.multicast_annotation()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid: None,
         labels: Some(labels),
+        multicast,
     }))
 }
 
@@ -398,10 +403,12 @@ fn parse_netnamespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
             })
         })?),
     };
+    let multicast = doc.multicast_annotation()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid,
         labels: None,
+        multicast,
     }))
 }
 
@@ -900,6 +907,21 @@ impl<'a> Doc<'a> {
         Ok(out)
     }
 
+    /// The multicast annotation of a Namespace or NetNamespace, if present.
+    fn multicast_annotation(&self) -> Result<Option<bool>, ManifestError> {
+        use topology::model::multicast::{parse_multicast_value, MULTICAST_ANNOTATION};
+        match self.annotation(MULTICAST_ANNOTATION)? {
+            None => Ok(None),
+            Some(v) => parse_multicast_value(&v).map(Some).map_err(|_| {
+                self.err(Problem::Invalid {
+                    field: format!("metadata.annotations[{MULTICAST_ANNOTATION}]"),
+                    value: v,
+                    reason: "must be \"true\" or \"false\"".into(),
+                })
+            }),
+        }
+    }
+
     fn dpid_annotation(&self) -> Result<u64, ManifestError> {
         let field = format!("metadata.annotations[{DATAPATH_ID_ANNOTATION}]");
         match self.annotation(DATAPATH_ID_ANNOTATION)? {
@@ -1002,9 +1024,42 @@ mod tests {
                 name: "ns1".into(),
                 netid: None,
                 labels: Some(Labels::new()),
+                multicast: None,
             })
         );
         assert_eq!(o.describe(), "namespace/ns1");
+    }
+
+    #[test]
+    fn multicast_annotation_on_namespace_and_netnamespace() {
+        let k = topology::model::multicast::MULTICAST_ANNOTATION;
+        let o = one(&format!(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nmetadata:\n  name: a\n  annotations: {{{k}: 'true'}}\nnetname: a\n"
+        ));
+        assert!(matches!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                multicast: Some(true),
+                ..
+            })
+        ));
+        let o = one(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  annotations:\n    {k}: \"false\"\n"
+        ));
+        assert!(matches!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                multicast: Some(false),
+                ..
+            })
+        ));
+        let e = problem(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  annotations:\n    {k}: \"on\"\n"
+        ));
+        assert_eq!(
+            e.to_string(),
+            format!("document 1 (Namespace \"a\"): metadata.annotations[{k}]: invalid value \"on\": must be \"true\" or \"false\"")
+        );
     }
 
     #[test]
@@ -1018,6 +1073,7 @@ mod tests {
                 name: "ns2".into(),
                 netid: Some(4242),
                 labels: None,
+                multicast: None,
             })
         );
         let o = one("apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: ns3\n");
@@ -1027,6 +1083,7 @@ mod tests {
                 name: "ns3".into(),
                 netid: None,
                 labels: None,
+                multicast: None,
             })
         );
     }

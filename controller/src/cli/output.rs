@@ -215,6 +215,9 @@ pub struct NetNamespaceView {
     /// `metadata.labels` (left out when there are none).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The annotations flowmesh keeps (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl From<&admin::NetNamespace> for NetNamespaceView {
@@ -223,6 +226,20 @@ impl From<&admin::NetNamespace> for NetNamespaceView {
             name: n.name.clone(),
             netid: n.netid,
             labels: n.labels.clone().into_iter().collect(),
+            annotations: n.annotations.clone().into_iter().collect(),
+        }
+    }
+}
+
+impl NetNamespaceView {
+    /// The MULTICAST column: whether the namespace has the multicast annotation `true`.
+    fn multicast(&self) -> &'static str {
+        match self
+            .annotations
+            .get(topology::model::multicast::MULTICAST_ANNOTATION)
+        {
+            Some(v) if v == "true" => "true",
+            _ => "false",
         }
     }
 }
@@ -231,6 +248,7 @@ impl Tabular for NetNamespaceView {
     fn headers(wide: bool) -> Vec<&'static str> {
         let mut h = vec!["NAME", "NETID"];
         if wide {
+            h.push("MULTICAST");
             h.push("LABELS");
         }
         h
@@ -238,6 +256,7 @@ impl Tabular for NetNamespaceView {
     fn row(&self, wide: bool) -> Vec<String> {
         let mut r = vec![self.name.clone(), self.netid.to_string()];
         if wide {
+            r.push(self.multicast().to_string());
             r.push(labels_cell(&self.labels));
         }
         r
@@ -796,6 +815,7 @@ mod tests {
             name: "a".into(),
             netid: 0,
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         }];
         let y = render_list(&v, OutputFormat::Yaml).expect("renders");
         assert_eq!(y, "- name: a\n  netid: 0\n");

@@ -219,4 +219,159 @@ mod tests {
         assert_eq!(g2[0].buckets.len(), 1);
         assert_eq!(g2[1], g[1]);
     }
+
+    /// Where a multicast UDP datagram (or IGMP report) from `ns/pod` is delivered, sorted,
+    /// with the nodes its VXLAN copies went to.
+    fn send(
+        m: &ClusterModel,
+        ns: &str,
+        pod: &str,
+        proto: u8,
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        use crate::sim::{Packet, Simulator, L3};
+        let sets: BTreeMap<String, crate::FlowSet> = m
+            .nodes()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    crate::pipeline::compute_node(m, &n.name).expect("flows"),
+                )
+            })
+            .collect();
+        let p = m.pod(ns, pod).cloned().expect("pod");
+        let (dst, port) = if proto == 2 {
+            (Ipv4Addr::new(224, 0, 0, 22), 0)
+        } else {
+            (Ipv4Addr::new(239, 1, 2, 3), 5000)
+        };
+        let pkt = Packet::l3(
+            p.ofport,
+            p.mac(),
+            [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03],
+            L3::Ipv4 {
+                src: p.ip,
+                dst,
+                proto,
+                src_port: 40000,
+                dst_port: port,
+            },
+        );
+        let t = Simulator::from_model(m, &sets).trace(&p.node, pkt);
+        let mut got: Vec<(String, String)> = t
+            .delivered()
+            .into_iter()
+            .map(|(n, p)| (n.to_string(), p.to_string()))
+            .collect();
+        got.sort();
+        let mut hops: Vec<String> = t.tunnels.iter().filter_map(|h| h.to.clone()).collect();
+        hops.sort();
+        (got, hops)
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_pod_of_the_netid_once_and_no_other() {
+        let mut m = cluster();
+        // Without the annotation nothing is delivered.
+        assert_eq!(send(&m, "a", "a1", 17), (vec![], vec![]));
+        m.set_multicast("a", true).expect("set");
+        // From n1: the other local pod and the pod on n2; n3 (no pod of a) gets no copy.
+        assert_eq!(
+            send(&m, "a", "a1", 17),
+            (pairs(&[("n1", "a2"), ("n2", "a3")]), vec!["n2".to_string()])
+        );
+        assert_eq!(
+            send(&m, "a", "a3", 17),
+            (pairs(&[("n1", "a1"), ("n1", "a2")]), vec!["n1".to_string()])
+        );
+        // IGMP goes the same way.
+        assert_eq!(
+            send(&m, "a", "a1", 2).0,
+            pairs(&[("n1", "a2"), ("n2", "a3")])
+        );
+        // b did not ask.
+        assert_eq!(send(&m, "b", "b1", 17), (vec![], vec![]));
+        // A pod of a on n3: n3 now gets one copy.
+        m.add_pod(PodAttach {
+            namespace: "a",
+            name: "a4",
+            node: "n3",
+            port_name: "a4",
+            ofport: 7,
+        })
+        .expect("pod");
+        assert_eq!(
+            send(&m, "a", "a1", 17),
+            (
+                pairs(&[("n1", "a2"), ("n2", "a3"), ("n3", "a4")]),
+                vec!["n2".to_string(), "n3".to_string()]
+            )
+        );
+        // b joined to a without the annotation switches it off for both; with it, b's pod
+        // receives too.
+        m.join(&["b"], "a").expect("join");
+        assert_eq!(send(&m, "a", "a1", 17), (vec![], vec![]));
+        m.set_multicast("b", true).expect("set");
+        assert!(send(&m, "a", "a1", 17)
+            .0
+            .contains(&("n3".into(), "b1".into())));
+    }
+
+    #[test]
+    fn a_global_project_gets_only_netid_0_multicast() {
+        let mut m = cluster();
+        m.set_multicast("a", true).expect("set");
+        m.make_global("b").expect("global");
+        m.set_multicast("b", true).expect("set");
+        // b (global, annotated) does not receive a's multicast.
+        assert_eq!(
+            send(&m, "a", "a1", 17).0,
+            pairs(&[("n1", "a2"), ("n2", "a3")])
+        );
+        // NETID 0 needs default too.
+        assert_eq!(send(&m, "b", "b1", 17).0, vec![]);
+        m.set_multicast("default", true).expect("set");
+        m.add_pod(PodAttach {
+            namespace: "default",
+            name: "d1",
+            node: "n1",
+            port_name: "d1",
+            ofport: 9,
+        })
+        .expect("pod");
+        assert_eq!(send(&m, "b", "b1", 17).0, pairs(&[("n1", "d1")]));
+    }
+
+    #[test]
+    fn networkpolicy_mode_delivers_to_the_namespace() {
+        let config = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("cidr"),
+            23,
+            "172.30.0.0/16".parse().expect("cidr"),
+            Mode::Networkpolicy,
+        );
+        let mut m = ClusterModel::new(config).expect("model");
+        for (i, n) in ["n1", "n2"].into_iter().enumerate() {
+            m.add_node(n, Ipv4Addr::new(192, 168, 0, 1 + i as u8), 1 + i as u64)
+                .expect("node");
+        }
+        m.add_namespace("a").expect("ns");
+        for (name, node) in [("a1", "n1"), ("a2", "n2")] {
+            m.add_pod(PodAttach {
+                namespace: "a",
+                name,
+                node,
+                port_name: name,
+                ofport: 3,
+            })
+            .expect("pod");
+        }
+        m.set_multicast("a", true).expect("set");
+        assert_eq!(send(&m, "a", "a1", 17).0, pairs(&[("n2", "a2")]));
+    }
 }
