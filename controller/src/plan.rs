@@ -29,9 +29,13 @@ pub fn plan(diff: &FlowDiff) -> Vec<SwitchChange> {
         out.push(SwitchChange::Flow(FlowMod::add(f.clone())));
     }
     for g in &diff.group_deletes {
+        // OpenFlow 1.3.5 (and OVS) refuse a DELETE that carries buckets: send only the id.
         out.push(SwitchChange::Group(GroupMod {
             command: GroupModCommand::Delete,
-            group: g.clone(),
+            group: ofproto::Group {
+                buckets: Vec::new(),
+                ..g.clone()
+            },
         }));
     }
     out
@@ -47,7 +51,7 @@ mod tests {
         let g = Group {
             group_id: 7,
             group_type: GroupType::Select,
-            buckets: vec![],
+            buckets: vec![ofproto::Bucket::new(vec![ofproto::Action::output(3)])],
         };
         let f = Flow::new(0, 100, Match::new().in_port(3));
         let d = FlowDiff {
@@ -73,8 +77,8 @@ mod tests {
             &p[3],
             SwitchChange::Group(GroupMod {
                 command: GroupModCommand::Delete,
-                ..
-            })
+                group,
+            }) if group.group_id == 7 && group.buckets.is_empty()
         ));
     }
 }
