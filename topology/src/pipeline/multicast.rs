@@ -220,6 +220,47 @@ mod tests {
         assert_eq!(g2[1], g[1]);
     }
 
+    /// A pod arriving on another node changes only the replication group of the nodes that
+    /// have pods of the NETID: one group modify, no flow change.
+    #[test]
+    fn pods_coming_and_going_modify_groups_in_place() {
+        use crate::FlowSet;
+        let mut m = cluster();
+        m.set_multicast("a", true).expect("set");
+        let before = crate::pipeline::compute_node(&m, "n2").expect("flows");
+        m.add_pod(PodAttach {
+            namespace: "a",
+            name: "a4",
+            node: "n3",
+            port_name: "a4",
+            ofport: 7,
+        })
+        .expect("pod");
+        let after = crate::pipeline::compute_node(&m, "n2").expect("flows");
+        let d = FlowSet::diff(&before, &after);
+        assert!(d.adds.is_empty() && d.deletes.is_empty() && d.modifies.is_empty());
+        assert!(d.group_adds.is_empty() && d.group_deletes.is_empty());
+        let netid = m.effective_netid("a");
+        assert_eq!(
+            d.group_modifies
+                .iter()
+                .map(|g| (g.group_id, g.buckets.len()))
+                .collect::<Vec<_>>(),
+            vec![(0x0200_0000 + netid, 2)]
+        );
+        // The last pod of the NETID leaving a node removes its flows and groups there.
+        let before = crate::pipeline::compute_node(&m, "n3").expect("flows");
+        m.delete_pod("a", "a4").expect("delete");
+        let after = crate::pipeline::compute_node(&m, "n3").expect("flows");
+        let d = FlowSet::diff(&before, &after);
+        let multicast_deletes = d
+            .deletes
+            .iter()
+            .filter(|f| [110, 111, 120].contains(&f.table))
+            .count();
+        assert_eq!((multicast_deletes, d.group_deletes.len()), (3, 2));
+    }
+
     /// Where a multicast UDP datagram (or IGMP report) from `ns/pod` is delivered, sorted,
     /// with the nodes its VXLAN copies went to.
     fn send(
