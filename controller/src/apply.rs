@@ -148,6 +148,15 @@ fn apply_one(
                     fx.changes.push(namespace_change(m, &ns.name));
                 }
             }
+            if let Some(mc) = ns.multicast {
+                if m.multicast_annotated(&ns.name) != Some(mc) {
+                    merge(fx, m.set_multicast(&ns.name, mc)?);
+                    if verb == "unchanged" {
+                        verb = "configured";
+                    }
+                    fx.changes.push(namespace_change(m, &ns.name));
+                }
+            }
             if verb == "configured" {
                 fx.changes.push(namespace_change(m, &ns.name));
             }

@@ -101,6 +101,7 @@ fn netns(n: &NamespaceInfo) -> pa::NetNamespace {
         name: n.name.clone(),
         netid: n.netid,
         labels: n.labels.clone().into_iter().collect(),
+        annotations: crate::multicast_api::annotations(n),
         ..Default::default()
     }
 }
@@ -178,11 +179,7 @@ pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
 fn flow_lines(fs: &FlowSet) -> Vec<String> {
     let mut lines: Vec<String> = fs.iter().map(|f| f.to_string()).collect();
     lines.sort();
-    let mut groups: Vec<String> = fs
-        .groups()
-        .iter()
-        .map(|g| format!("group_id={} {:?}", g.group_id, g.group_type))
-        .collect();
+    let mut groups: Vec<String> = fs.groups().iter().map(|g| g.to_string()).collect();
     groups.sort();
     lines.extend(groups);
     lines
@@ -539,6 +536,17 @@ impl Admin for AdminService {
     ) -> Result<Response<pa::HostSubnet>, Status> {
         let h = crate::egress_api::patch_host_subnet(&self.core, r.into_inner()).await?;
         Ok(Response::new(h))
+    }
+
+    async fn annotate_net_namespace(
+        &self,
+        r: Request<pa::AnnotateRequest>,
+    ) -> Result<Response<pa::AnnotateReply>, Status> {
+        let (info, changed) = crate::multicast_api::annotate(&self.core, r.into_inner()).await?;
+        Ok(Response::new(pa::AnnotateReply {
+            netnamespace: Some(netns(&info)),
+            changed,
+        }))
     }
 }
 

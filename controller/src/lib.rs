@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod link;
 pub mod manifest;
 pub mod metrics;
+pub mod multicast_api;
 pub mod netpol;
 pub mod ops;
 pub mod plan;

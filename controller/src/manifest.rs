@@ -78,6 +78,9 @@ pub struct NamespaceSpec {
     /// NetNamespace `egressIPs` (absent: none); `None` for a `v1 Namespace`, which leaves
     /// egress IPs alone.
     pub egress_ips: Option<Vec<Ipv4Addr>>,
+    /// The annotation `netnamespace.network.openshift.io/multicast-enabled` (`true`/`false`);
+    /// `None` when absent, which leaves multicast as it is.
+    pub multicast: Option<bool>,
 }
 
 /// A node to add.
@@ -366,11 +369,13 @@ fn parse_namespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
     let name = doc.req_str("metadata.name", "the namespace name")?;
     doc.check_name("metadata.name", &name)?;
     let labels = doc.labels()?;
+    let multicast = doc.multicast_annotation()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid: None,
         labels: Some(labels),
         egress_ips: None,
+        multicast,
     }))
 }
 
@@ -410,11 +415,13 @@ fn parse_netnamespace(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {
         .iter()
         .map(|t| doc.ipv4("egressIPs", t))
         .collect::<Result<Vec<_>, _>>()?;
+    let multicast = doc.multicast_annotation()?;
     Ok(ManifestObject::Namespace(NamespaceSpec {
         name,
         netid,
         labels: None,
         egress_ips: Some(egress_ips),
+        multicast,
     }))
 }
 
@@ -951,6 +958,21 @@ impl<'a> Doc<'a> {
         Ok(out)
     }
 
+    /// The multicast annotation of a Namespace or NetNamespace, if present.
+    fn multicast_annotation(&self) -> Result<Option<bool>, ManifestError> {
+        use topology::model::multicast::{parse_multicast_value, MULTICAST_ANNOTATION};
+        match self.annotation(MULTICAST_ANNOTATION)? {
+            None => Ok(None),
+            Some(v) => parse_multicast_value(&v).map(Some).map_err(|_| {
+                self.err(Problem::Invalid {
+                    field: format!("metadata.annotations[{MULTICAST_ANNOTATION}]"),
+                    value: v,
+                    reason: "must be \"true\" or \"false\"".into(),
+                })
+            }),
+        }
+    }
+
     fn dpid_annotation(&self) -> Result<u64, ManifestError> {
         let field = format!("metadata.annotations[{DATAPATH_ID_ANNOTATION}]");
         match self.annotation(DATAPATH_ID_ANNOTATION)? {
@@ -1054,9 +1076,42 @@ mod tests {
                 netid: None,
                 labels: Some(Labels::new()),
                 egress_ips: None,
+                multicast: None,
             })
         );
         assert_eq!(o.describe(), "namespace/ns1");
+    }
+
+    #[test]
+    fn multicast_annotation_on_namespace_and_netnamespace() {
+        let k = topology::model::multicast::MULTICAST_ANNOTATION;
+        let o = one(&format!(
+            "apiVersion: network.openshift.io/v1\nkind: NetNamespace\nmetadata:\n  name: a\n  annotations: {{{k}: 'true'}}\nnetname: a\n"
+        ));
+        assert!(matches!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                multicast: Some(true),
+                ..
+            })
+        ));
+        let o = one(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  annotations:\n    {k}: \"false\"\n"
+        ));
+        assert!(matches!(
+            o,
+            ManifestObject::Namespace(NamespaceSpec {
+                multicast: Some(false),
+                ..
+            })
+        ));
+        let e = problem(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  annotations:\n    {k}: \"on\"\n"
+        ));
+        assert_eq!(
+            e.to_string(),
+            format!("document 1 (Namespace \"a\"): metadata.annotations[{k}]: invalid value \"on\": must be \"true\" or \"false\"")
+        );
     }
 
     #[test]
@@ -1071,6 +1126,7 @@ mod tests {
                 netid: Some(4242),
                 labels: None,
                 egress_ips: Some(vec![]),
+                multicast: None,
             })
         );
         let o = one("apiVersion: network.openshift.io/v1\nkind: NetNamespace\nnetname: ns3\n");
@@ -1081,6 +1137,7 @@ mod tests {
                 netid: None,
                 labels: None,
                 egress_ips: Some(vec![]),
+                multicast: None,
             })
         );
     }

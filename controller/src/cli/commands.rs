@@ -14,8 +14,8 @@ use super::output::{
     OutputError, OutputFormat, PodView, SwitchView, TraceView,
 };
 use super::{
-    AdmCommand, ApplyArgs, Cli, Command, DeleteArgs, DeleteKind, DumpFlowsArgs, GetArgs,
-    LabelCommand, NamespaceCommand, NodeCommand, PodCommand, PodNetworkCommand, Resource,
+    AdmCommand, AnnotateCommand, ApplyArgs, Cli, Command, DeleteArgs, DeleteKind, DumpFlowsArgs,
+    GetArgs, LabelCommand, NamespaceCommand, NodeCommand, PodCommand, PodNetworkCommand, Resource,
     TraceArgs,
 };
 use crate::manifest;
@@ -53,6 +53,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Events(e) => events(&s, e.watch, e.output).await,
         Command::OfpPrint { hex } => ofp_print(hex),
         Command::Label(c) => label(&s, c).await,
+        Command::Annotate(c) => annotate(&s, c).await,
         Command::Delete(d) => delete(&s, d).await,
         Command::Patch(c) => print(&super::egress::patch(s.conn().await?, c).await?),
     }
@@ -141,6 +142,39 @@ async fn label(s: &Session, c: LabelCommand) -> Result<(), CliError> {
         print(&format!("{shown} labeled\n"))
     } else {
         print(&format!("{shown} not labeled\n"))
+    }
+}
+
+async fn annotate(s: &Session, c: AnnotateCommand) -> Result<(), CliError> {
+    let AnnotateCommand::Netnamespace {
+        name,
+        annotations,
+        overwrite,
+    } = c;
+    let target = Target::Object {
+        kind: "netnamespace",
+        name: name.clone(),
+        command: "annotate netnamespace",
+    };
+    let op = || Operation::new("annotate", target.clone());
+    let (set, remove) = label_edits(&annotations).map_err(|detail| CliError::Input {
+        op: Box::new(op()),
+        detail: detail.replace("label", "annotation"),
+    })?;
+    let conn = s.conn().await?;
+    let req = conn.request(admin::AnnotateRequest {
+        name: name.clone(),
+        set,
+        remove,
+        overwrite,
+    });
+    let reply = conn
+        .call(op(), conn.client.clone().annotate_net_namespace(req))
+        .await?;
+    if reply.changed {
+        print(&format!("netnamespace/{name} annotated\n"))
+    } else {
+        print(&format!("netnamespace/{name} not annotated\n"))
     }
 }
 

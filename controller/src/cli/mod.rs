@@ -64,6 +64,11 @@ pub enum Command {
     /// KEY=VALUE sets, KEY- removes; changing a value needs --overwrite.
     #[command(subcommand)]
     Label(LabelCommand),
+    /// Add, change or remove annotations of a NetNamespace, as `kubectl annotate` does:
+    /// KEY=VALUE sets, KEY- removes; changing a value needs --overwrite. flowmesh keeps
+    /// netnamespace.network.openshift.io/multicast-enabled (true or false).
+    #[command(subcommand)]
+    Annotate(AnnotateCommand),
     /// Delete an object by kind and name (`delete networkpolicy NS/NAME`).
     Delete(DeleteArgs),
     /// Change egress IPs the way `oc patch` does (`patch netnamespace NAME --egress-ips=...`,
@@ -103,6 +108,23 @@ pub enum LabelCommand {
         #[arg(required = true)]
         labels: Vec<String>,
         /// Allow changing the value of a label that is set.
+        #[arg(long)]
+        overwrite: bool,
+    },
+}
+
+/// `annotate ...`
+#[derive(Debug, Subcommand)]
+pub enum AnnotateCommand {
+    /// Annotate a NetNamespace (the namespace of the same name).
+    #[command(visible_aliases = ["netnamespaces", "netns", "namespace", "ns"])]
+    Netnamespace {
+        /// Namespace name.
+        name: String,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(required = true)]
+        annotations: Vec<String>,
+        /// Allow changing the value of an annotation that is set.
         #[arg(long)]
         overwrite: bool,
     },

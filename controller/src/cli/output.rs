@@ -308,6 +308,9 @@ pub struct NetNamespaceView {
     /// Where each requested egress IP stands (left out when none is requested).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress_ip_status: Vec<EgressIpView>,
+    /// The annotations flowmesh keeps (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl From<&admin::NetNamespace> for NetNamespaceView {
@@ -318,6 +321,20 @@ impl From<&admin::NetNamespace> for NetNamespaceView {
             labels: n.labels.clone().into_iter().collect(),
             egress_ips: n.egress_ips.clone(),
             egress_ip_status: n.egress_ip_status.iter().map(EgressIpView::from).collect(),
+            annotations: n.annotations.clone().into_iter().collect(),
+        }
+    }
+}
+
+impl NetNamespaceView {
+    /// The MULTICAST column: whether the namespace has the multicast annotation `true`.
+    fn multicast(&self) -> &'static str {
+        match self
+            .annotations
+            .get(topology::model::multicast::MULTICAST_ANNOTATION)
+        {
+            Some(v) if v == "true" => "true",
+            _ => "false",
         }
     }
 }
@@ -326,6 +343,7 @@ impl Tabular for NetNamespaceView {
     fn headers(wide: bool) -> Vec<&'static str> {
         let mut h = vec!["NAME", "NETID"];
         if wide {
+            h.push("MULTICAST");
             h.push("LABELS");
         }
         h.push("EGRESS IPS");
@@ -334,6 +352,7 @@ impl Tabular for NetNamespaceView {
     fn row(&self, wide: bool) -> Vec<String> {
         let mut r = vec![self.name.clone(), self.netid.to_string()];
         if wide {
+            r.push(self.multicast().to_string());
             r.push(labels_cell(&self.labels));
         }
         r.push(egress_cell(&self.egress_ip_status, true));
@@ -914,6 +933,7 @@ mod tests {
             labels: BTreeMap::new(),
             egress_ips: Vec::new(),
             egress_ip_status: Vec::new(),
+            annotations: BTreeMap::new(),
         }];
         let y = render_list(&v, OutputFormat::Yaml).expect("renders");
         assert_eq!(y, "- name: a\n  netid: 0\n");

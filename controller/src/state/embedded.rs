@@ -120,6 +120,7 @@ mod tests {
             name: name.into(),
             netid,
             labels: Default::default(),
+            multicast: false,
         })
     }
 

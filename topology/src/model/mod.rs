@@ -81,6 +81,9 @@ pub struct NamespaceInfo {
     /// `metadata.labels`.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// The multicast annotation is `true` (see `multicast`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub multicast: bool,
 }
 
 /// A pod attached to a node.
@@ -315,6 +318,7 @@ struct NamespaceEntry {
     vertex: NodeIndex,
     pods: BTreeSet<String>,
     labels: Labels,
+    multicast: bool,
 }
 
 impl NamespaceEntry {
@@ -323,6 +327,7 @@ impl NamespaceEntry {
             name: name.to_string(),
             netid: self.netid,
             labels: self.labels.clone(),
+            multicast: self.multicast,
         }
     }
 }
@@ -494,6 +499,7 @@ impl ClusterModel {
 
 mod egress_ip;
 pub mod labels;
+pub mod multicast;
 mod namespaces;
 mod nodes;
 mod pods;

@@ -40,6 +40,7 @@ impl ClusterModel {
                 name: name.to_string(),
                 netid,
                 labels: Labels::new(),
+                multicast: false,
             },
             affected,
         ))
@@ -65,6 +66,7 @@ impl ClusterModel {
                 vertex: v,
                 pods: BTreeSet::new(),
                 labels: Labels::new(),
+                multicast: false,
             },
         );
     }
@@ -117,6 +119,8 @@ impl ClusterModel {
             self.graph.remove_node(e.vertex);
             self.netids.release(e.netid);
             self.drop_netid_vertex_if_unused(e.netid);
+            // The NETID's other namespaces may all want multicast now.
+            affected.merge(self.multicast_nodes(e.netid));
         }
         Ok(affected)
     }
@@ -195,6 +199,7 @@ impl ClusterModel {
         }
         self.policy_epoch += 1;
         self.policy_reset_epoch += 1;
+        let mut multicast = self.multicast_nodes(old);
         self.netids
             .retain(netid)
             .map_err(|source| ModelError::Alloc {
@@ -224,7 +229,9 @@ impl ClusterModel {
             self.reallocate_egress_ips();
             return Ok(Affected::all());
         }
-        Ok(self.nodes_of_namespace(name))
+        multicast.merge(self.multicast_nodes(netid));
+        multicast.merge(self.nodes_of_namespace(name));
+        Ok(multicast)
     }
 
     pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {

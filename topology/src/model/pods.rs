@@ -43,8 +43,9 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        let a = self.pod_policy_change(None, Some(&info));
-        Ok((info, a))
+        let mut affected = self.pod_policy_change(None, Some(&info));
+        affected.merge(self.multicast_nodes_of_pod(&info));
+        Ok((info, affected))
     }
 
     pub(super) fn check_pod(
@@ -114,7 +115,9 @@ impl ClusterModel {
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }
-        Ok(self.pod_policy_change(Some(&e.info), None))
+        let mut affected = self.pod_policy_change(Some(&e.info), None);
+        affected.merge(self.multicast_nodes_of_pod(&e.info));
+        Ok(affected)
     }
 
     /// Record a new OVS port for a pod (e.g. after OVS renumbered it). Affects its node.

@@ -118,6 +118,9 @@ impl ClusterModel {
                     .map_err(PolicyError::from)?;
                 m.replace_namespace_labels(&ns.name, ns.labels.clone());
             }
+            if let Some(e) = m.namespaces.get_mut(&ns.name) {
+                e.multicast = ns.multicast;
+            }
         }
         for r in &s.pods {
             let p = &r.info;

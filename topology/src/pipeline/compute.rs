@@ -6,6 +6,8 @@
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
 //!   or a pod changes (see `netpol`);
 //! * its *egress-IP* run (table 101) and groups, computed from the egress plan (see `egress_ip`);
+//! * its *multicast* run and groups (tables 110, 111, 120; see `multicast`), rebuilt on every
+//!   call (it is empty unless a NETID with a local pod has multicast);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -170,14 +172,19 @@ impl Pipeline {
             },
         );
         let policy = self.policies.node_flows(model, node)?;
-        let (egress, groups) = super::egress_ip::egress_flows(model, info)?;
+        let (egress, mut groups) = super::egress_ip::egress_flows(model, info)?;
         let egress: SharedRun = Arc::from(egress);
+        let (multicast, mc_groups) = super::multicast::node_multicast(model, node)?;
+        let multicast: SharedRun = Arc::from(multicast);
+        groups.extend(mc_groups);
+        groups.sort_by_key(|g| g.group_id);
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
             FlowSet::from_chain(vec![(local.clone(), 0..local.len())]),
             policy,
             FlowSet::from_chain(vec![(egress.clone(), 0..egress.len())]),
+            FlowSet::from_chain(vec![(multicast.clone(), 0..multicast.len())]),
         ];
         for (t, run) in mesh.runs.iter().enumerate() {
             // The mesh run without the node's own entry (still sorted).

@@ -8,6 +8,7 @@ pub mod egress_ip;
 pub mod flowset;
 pub mod fragments;
 pub mod groups;
+pub mod multicast;
 pub mod netpol;
 pub mod priority;
 pub mod regs;

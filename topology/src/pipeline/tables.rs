@@ -296,8 +296,9 @@ pub static TABLES: &[TableSpec] = &[
     TableSpec {
         id: T::MulticastReplicate,
         name: "multicast-replicate",
-        matches: &[],
-        sets: TUNNEL_SETS,
+        matches: &[Reg(0)],
+        // The tunnel fields are written by the NETID's replication group, not by flows.
+        sets: &[],
         gotos: &[T::MulticastDeliver],
         default: TableDefault::Drop,
         default_priority: 0,
