@@ -533,3 +533,63 @@ pub fn udp_probe(
         Ok(None)
     })
 }
+
+/// A 3-node `NetnsLab` (userspace datapath, no tun0, neighbours seeded) with the real
+/// controller and a shim per node, every switch synced: what the end-to-end tests with
+/// `flowmesh-cni` pods start from. Test helpers: failures panic with the controller's log.
+pub struct CniCluster {
+    /// The lab.
+    pub lab: NetnsLab,
+    /// The controller.
+    pub ctl: LabController,
+    /// One shim per node (node `n` is `shims[n - 1]`).
+    pub shims: Vec<crate::cni::NodeShim>,
+}
+
+impl CniCluster {
+    /// Start the lab, the controller with `opts` and the shims, and wait until every switch
+    /// is synced (30 s at most).
+    pub fn start(opts: &ControllerOptions) -> CniCluster {
+        let lab = NetnsLab::builder()
+            .nodes(3)
+            .tun0(false)
+            .seed_neighbors(true)
+            .start()
+            .unwrap_or_else(|e| panic!("lab: {e}"));
+        let ctl = LabController::start(&lab, opts).unwrap_or_else(|e| panic!("controller: {e}"));
+        let so = ctl.shim_options();
+        let shims = (1..=3)
+            .map(|i| crate::cni::start_shim(&lab, i, &so).unwrap_or_else(|e| panic!("shim: {e}")))
+            .collect();
+        let c = CniCluster { lab, ctl, shims };
+        c.ctl
+            .wait_synced(
+                &c.lab,
+                &["node1", "node2", "node3"],
+                Duration::from_secs(30),
+            )
+            .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
+        c
+    }
+
+    /// Panic with `what` and the tail of the controller's log.
+    pub fn fail(&self, what: &str) -> ! {
+        panic!(
+            "{what}\n---- controller log ----\n{}",
+            self.ctl.log_tail(40)
+        );
+    }
+
+    /// Run `flowmeshctl ARGS` against the controller; its output.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        self.ctl
+            .ctl(&self.lab, args)
+            .unwrap_or_else(|e| self.fail(&format!("flowmeshctl {args:?}: {e}")))
+    }
+
+    /// Add a pod on node `node` (1-based) through the CNI plugin.
+    pub fn add_cni_pod(&self, node: usize, namespace: &str, name: &str) -> crate::cni::CniPod {
+        crate::cni::add_pod_via_cni(&self.lab, node, &self.shims[node - 1], namespace, name)
+            .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name}: {e}")))
+    }
+}

@@ -18,10 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowmesh_tests::cni::{add_pod_via_cni, start_shim, CniPod, NodeShim};
-use flowmesh_tests::e2e::{http_get, ControllerOptions, LabController, METRICS_PORT};
+use flowmesh_tests::cni::CniPod;
+use flowmesh_tests::e2e::{http_get, CniCluster, ControllerOptions, METRICS_PORT};
 use flowmesh_tests::tcp::{enter_netns, in_netns};
-use flowmesh_tests::NetnsLab;
 
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
 const PORT: u16 = 5000;
@@ -117,30 +116,21 @@ fn send(pod: &CniPod, tag: &str, n: usize) {
 }
 
 struct Cluster {
-    lab: NetnsLab,
-    ctl: LabController,
-    shims: Vec<NodeShim>,
     pods: BTreeMap<String, (CniPod, Receiver)>,
     tags: usize,
+    base: CniCluster,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = CniCluster;
+    fn deref(&self) -> &CniCluster {
+        &self.base
+    }
 }
 
 impl Cluster {
-    fn fail(&self, what: &str) -> ! {
-        panic!(
-            "{what}\n---- controller log ----\n{}",
-            self.ctl.log_tail(40)
-        );
-    }
-
-    fn ctl(&self, args: &[&str]) -> String {
-        self.ctl
-            .ctl(&self.lab, args)
-            .unwrap_or_else(|e| self.fail(&format!("flowmeshctl {args:?}: {e}")))
-    }
-
     fn add_pod(&mut self, node: usize, namespace: &str, name: &str) {
-        let p = add_pod_via_cni(&self.lab, node, &self.shims[node - 1], namespace, name)
-            .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name}: {e}")));
+        let p = self.add_cni_pod(node, namespace, name);
         let r = Receiver::start(&p);
         self.pods.insert(name.to_owned(), (p, r));
     }
@@ -232,31 +222,11 @@ fn exactly_once(tag: &str, got: &BTreeMap<String, BTreeMap<String, usize>>, want
 
 #[test]
 fn multicast_between_the_pods_of_a_project_with_real_packets() {
-    let lab = NetnsLab::builder()
-        .nodes(3)
-        .tun0(false)
-        .seed_neighbors(true)
-        .start()
-        .expect("lab");
-    let ctl = LabController::start(&lab, &ControllerOptions::multitenant()).expect("controller");
-    let so = ctl.shim_options();
-    let shims = (1..=3)
-        .map(|i| start_shim(&lab, i, &so).expect("shim"))
-        .collect();
     let mut c = Cluster {
-        lab,
-        ctl,
-        shims,
         pods: BTreeMap::new(),
         tags: 0,
+        base: CniCluster::start(&ControllerOptions::multitenant()),
     };
-    c.ctl
-        .wait_synced(
-            &c.lab,
-            &["node1", "node2", "node3"],
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
     c.ctl(&["namespace", "create", "red"]);
     c.ctl(&["namespace", "create", "blue"]);
     for (node, ns, name) in [
@@ -338,9 +308,10 @@ fn multicast_between_the_pods_of_a_project_with_real_packets() {
 
     // A restart with unchanged state: no flow or group mod, the groups as they were.
     let before: Vec<Vec<String>> = (1..=3).map(|i| c.groups(i)).collect();
-    c.ctl.stop(&c.lab);
-    c.ctl
-        .spawn(&c.lab)
+    let base = &mut c.base;
+    base.ctl.stop(&base.lab);
+    base.ctl
+        .spawn(&base.lab)
         .unwrap_or_else(|e| panic!("restart: {e}"));
     c.ctl
         .wait_synced(

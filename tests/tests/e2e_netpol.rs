@@ -11,11 +11,10 @@
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use flowmesh_tests::cni::{add_pod_via_cni, start_shim, CniPod, NodeShim};
+use flowmesh_tests::cni::CniPod;
 use flowmesh_tests::e2e::{
-    tcp_probe, udp_probe, ControllerOptions, LabController, TcpServer, UdpEcho,
+    tcp_probe, udp_probe, CniCluster, ControllerOptions, TcpServer, UdpEcho,
 };
-use flowmesh_tests::NetnsLab;
 
 const TCP_PORT: u16 = 8080;
 const UDP_PORT: u16 = 5353;
@@ -24,53 +23,23 @@ const OUTSIDE_PORT: u16 = 9099;
 struct Cluster {
     servers: Vec<TcpServer>,
     echoes: Vec<UdpEcho>,
-    lab: NetnsLab,
-    ctl: LabController,
-    shims: Vec<NodeShim>,
+    base: CniCluster,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = CniCluster;
+    fn deref(&self) -> &CniCluster {
+        &self.base
+    }
 }
 
 impl Cluster {
     fn start() -> Cluster {
-        let lab = NetnsLab::builder()
-            .nodes(3)
-            .tun0(false)
-            .seed_neighbors(true)
-            .start()
-            .expect("lab");
-        let ctl =
-            LabController::start(&lab, &ControllerOptions::networkpolicy()).expect("controller");
-        let so = ctl.shim_options();
-        let shims = (1..=3)
-            .map(|i| start_shim(&lab, i, &so).expect("shim"))
-            .collect();
-        let c = Cluster {
+        Cluster {
             servers: Vec::new(),
             echoes: Vec::new(),
-            lab,
-            ctl,
-            shims,
-        };
-        c.ctl
-            .wait_synced(
-                &c.lab,
-                &["node1", "node2", "node3"],
-                Duration::from_secs(30),
-            )
-            .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
-        c
-    }
-
-    fn fail(&self, what: &str) -> ! {
-        panic!(
-            "{what}\n---- controller log ----\n{}",
-            self.ctl.log_tail(40)
-        );
-    }
-
-    fn ctl(&self, args: &[&str]) -> String {
-        self.ctl
-            .ctl(&self.lab, args)
-            .unwrap_or_else(|e| self.fail(&format!("flowmeshctl {args:?}: {e}")))
+            base: CniCluster::start(&ControllerOptions::networkpolicy()),
+        }
     }
 
     fn apply(&self, name: &str, yaml: &str) {
@@ -85,8 +54,7 @@ impl Cluster {
     }
 
     fn add_pod(&mut self, node: usize, namespace: &str, name: &str, labels: &[&str]) -> CniPod {
-        let p = add_pod_via_cni(&self.lab, node, &self.shims[node - 1], namespace, name)
-            .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name}: {e}")));
+        let p = self.add_cni_pod(node, namespace, name);
         let srv = TcpServer::start(&p.ns, p.ip, TCP_PORT, name)
             .unwrap_or_else(|e| self.fail(&format!("TCP server {name}: {e}")));
         let echo = UdpEcho::start(&p.ns, p.ip, UDP_PORT, name)

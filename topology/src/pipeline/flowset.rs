@@ -81,15 +81,20 @@ struct Chain {
     i: usize,
 }
 
+/// Move a position (run `r`, index `i` in it) past the ends of runs.
+fn settle(runs: &[Run], r: &mut usize, i: &mut usize) {
+    while let Some(run) = runs.get(*r) {
+        if *i < run.end - run.start {
+            break;
+        }
+        *r += 1;
+        *i = 0;
+    }
+}
+
 impl Chain {
     fn settle(&mut self) {
-        while let Some(run) = self.runs.get(self.r) {
-            if self.i < run.end - run.start {
-                break;
-            }
-            self.r += 1;
-            self.i = 0;
-        }
+        settle(&self.runs, &mut self.r, &mut self.i);
     }
     /// The head as a heap entry.
     fn head(&self, idx: usize) -> Option<Head> {
@@ -473,13 +478,7 @@ impl<'a> Cursor<'a> {
         c
     }
     fn settle(&mut self) {
-        while let Some(run) = self.runs.get(self.r) {
-            if self.i < run.end - run.start {
-                break;
-            }
-            self.r += 1;
-            self.i = 0;
-        }
+        settle(self.runs, &mut self.r, &mut self.i);
     }
     fn peek(&self) -> Option<&'a Flow> {
         self.runs.get(self.r).and_then(|r| r.slice().get(self.i))
