@@ -663,6 +663,21 @@ impl ConjIds {
 struct NodeEntry {
     signature: u64,
     flows: FlowSet,
+    /// What each namespace with pods on the node contributed, by the namespace's signature.
+    groups: HashMap<String, NsGroup>,
+}
+
+/// A conjunction a node uses: its shared part (None for plain allow flows), its spec on this
+/// node, direction and cookie.
+type Used = (Option<Arc<SharedConj>>, ConjSpec, Direction, u64);
+
+/// What the policies of one namespace contribute to one node: the conjunctions its pods there
+/// use, and the pods they isolate (address and drop-flow cookie) per direction.
+#[derive(Debug, Clone)]
+struct NsGroup {
+    signature: u64,
+    used: Arc<Vec<Used>>,
+    isolated: Arc<[Vec<(Ipv4Addr, u64)>; 2]>,
 }
 
 /// Caches what policies derive to: per policy (invalidated by its stamp) the resolved peers
@@ -702,18 +717,43 @@ impl PolicyCache {
         for p in model.pods_on_node(node) {
             local.entry(p.key.namespace.as_str()).or_default().push(p);
         }
-        let signature = node_signature(model, &local);
-        if let Some(e) = self.nodes.get(node) {
-            if e.signature == signature {
-                return Ok(e.flows.clone());
+        let ns_sigs: Vec<u64> = local
+            .iter()
+            .map(|(ns, pods)| ns_signature(model, ns, pods))
+            .collect();
+        let signature = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
+            (local.keys().collect::<Vec<_>>(), &ns_sigs).hash(&mut h);
+            h.finish()
+        };
+        let mut prev = match self.nodes.remove(node) {
+            Some(e) if e.signature == signature => {
+                let flows = e.flows.clone();
+                self.nodes.insert(node.to_string(), e);
+                return Ok(flows);
             }
+            Some(e) => e.groups,
+            None => HashMap::new(),
+        };
+        let mut groups: HashMap<String, NsGroup> = HashMap::with_capacity(local.len());
+        for ((ns, pods), sig) in local.iter().zip(ns_sigs) {
+            let g = match prev.remove(*ns) {
+                Some(g) if g.signature == sig => g,
+                _ => self.ns_group(model, ns, pods, sig)?,
+            };
+            groups.insert(ns.to_string(), g);
         }
-        let flows = self.compute(model, &local)?;
+        let mut ordered: Vec<(&String, &NsGroup)> = groups.iter().collect();
+        ordered.sort_by(|a, b| a.0.cmp(b.0));
+        let flows = assemble(ordered.into_iter().map(|(_, g)| g))?;
         self.nodes.insert(
             node.to_string(),
             NodeEntry {
                 signature,
                 flows: flows.clone(),
+                groups,
             },
         );
         Ok(flows)
@@ -741,97 +781,111 @@ impl PolicyCache {
         self.policies.retain(|_, by_name| !by_name.is_empty());
     }
 
-    fn compute(
+    /// What namespace `ns`'s policies contribute for its pods `pods` on one node.
+    fn ns_group(
         &mut self,
         model: &ClusterModel,
-        local: &BTreeMap<&str, Vec<&PodInfo>>,
-    ) -> Result<FlowSet, PipelineError> {
+        ns: &str,
+        pods: &[&PodInfo],
+        signature: u64,
+    ) -> Result<NsGroup, PipelineError> {
         let mut res = Resolver {
             model,
             ns_cache: &mut self.ns_cache,
         };
-        // Per conjunction on this node: (shared part or None for direct flows, spec, dir, cookie).
-        let mut used: Vec<(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)> = Vec::new();
+        let mut used: Vec<Used> = Vec::new();
         // Pods isolated per direction (a policy of that type selects them).
         let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
-        for (ns, pods) in local {
-            for (p, policy_stamp) in model.policies_in_stamped(ns) {
-                let selected: Vec<&PodInfo> = pods
-                    .iter()
-                    .copied()
-                    .filter(|pod| p.pod_selector.matches(&pod.labels))
-                    .collect();
-                if selected.is_empty() {
+        for (p, policy_stamp) in model.policies_in_stamped(ns) {
+            let selected: Vec<&PodInfo> = pods
+                .iter()
+                .copied()
+                .filter(|pod| p.pod_selector.matches(&pod.labels))
+                .collect();
+            if selected.is_empty() {
+                continue;
+            }
+            let stamp = (stamp_base.0, policy_stamp, stamp_base.1);
+            let by_name = match self.policies.get_mut(p.namespace.as_str()) {
+                Some(m) => m,
+                None => self.policies.entry(p.namespace.clone()).or_default(),
+            };
+            let entry = match by_name.get_mut(p.name.as_str()) {
+                Some(e) => e,
+                None => by_name.entry(p.name.clone()).or_default(),
+            };
+            if entry.stamp != stamp || entry.cookie == 0 {
+                let old = std::mem::take(entry);
+                self.ids.release(old.conjs.into_keys());
+                entry.stamp = stamp;
+                entry.cookie = cookie::policy_cookie(&p.namespace, &p.name);
+            }
+            let pc = entry.cookie;
+            for (di, dir, on, rules) in [
+                (0, Direction::Ingress, p.ingress_isolation, &p.ingress),
+                (1, Direction::Egress, p.egress_isolation, &p.egress),
+            ] {
+                if !on {
                     continue;
                 }
-                let stamp = (stamp_base.0, policy_stamp, stamp_base.1);
-                let by_name = match self.policies.get_mut(p.namespace.as_str()) {
-                    Some(m) => m,
-                    None => self.policies.entry(p.namespace.clone()).or_default(),
-                };
-                let entry = match by_name.get_mut(p.name.as_str()) {
-                    Some(e) => e,
-                    None => by_name.entry(p.name.clone()).or_default(),
-                };
-                if entry.stamp != stamp || entry.cookie == 0 {
-                    let old = std::mem::take(entry);
-                    self.ids.release(old.conjs.into_keys());
-                    entry.stamp = stamp;
-                    entry.cookie = cookie::policy_cookie(&p.namespace, &p.name);
+                for pod in &selected {
+                    isolated[di].insert(pod.ip, pod);
                 }
-                let pc = entry.cookie;
-                for (di, dir, on, rules) in [
-                    (0, Direction::Ingress, p.ingress_isolation, &p.ingress),
-                    (1, Direction::Egress, p.egress_isolation, &p.egress),
-                ] {
-                    if !on {
+                let mut specs = Vec::new();
+                for (i, r) in rules.iter().enumerate() {
+                    rule_conjs(&mut res, entry, p, dir, i, r, &selected, &mut specs);
+                }
+                for spec in specs {
+                    if spec.others.is_empty() {
+                        used.push((None, spec, dir, pc));
                         continue;
                     }
-                    for pod in &selected {
-                        isolated[di].insert(pod.ip, pod);
-                    }
-                    let mut specs = Vec::new();
-                    for (i, r) in rules.iter().enumerate() {
-                        rule_conjs(&mut res, entry, p, dir, i, r, &selected, &mut specs);
-                    }
-                    for spec in specs {
-                        if spec.others.is_empty() {
-                            used.push((None, spec, dir, pc));
-                            continue;
+                    let shared = match entry.conjs.get(&spec.name) {
+                        Some(c) => c.clone(),
+                        None => {
+                            let id = self.ids.get(&spec.name);
+                            let c = Arc::new(SharedConj::build(id, pc, dir, &spec.others)?);
+                            entry.conjs.insert(spec.name.clone(), c.clone());
+                            c
                         }
-                        let shared = match entry.conjs.get(&spec.name) {
-                            Some(c) => c.clone(),
-                            None => {
-                                let id = self.ids.get(&spec.name);
-                                let c = Arc::new(SharedConj::build(id, pc, dir, &spec.others)?);
-                                entry.conjs.insert(spec.name.clone(), c.clone());
-                                c
-                            }
-                        };
-                        used.push((Some(shared), spec, dir, pc));
-                    }
+                    };
+                    used.push((Some(shared), spec, dir, pc));
                 }
             }
         }
-        assemble(&used, &isolated)
+        let isolated = isolated.map(|m| {
+            m.into_iter()
+                .map(|(ip, pod)| {
+                    let ck = cookie::cookie(
+                        Feature::NetworkPolicy,
+                        ObjectKind::Pod,
+                        cookie::object_hash(&format!("pod/{}", pod.key)),
+                    );
+                    (ip, ck)
+                })
+                .collect()
+        });
+        Ok(NsGroup {
+            signature,
+            used: Arc::new(used),
+            isolated: Arc::new(isolated),
+        })
     }
 }
 
-/// A hash of everything a node's policy flows depend on besides the policies' stamps' inputs:
-/// its pods (address, labels, named ports) and the stamps of their namespaces' policies.
-fn node_signature(model: &ClusterModel, local: &BTreeMap<&str, Vec<&PodInfo>>) -> u64 {
+/// A hash of what one namespace's contribution to a node depends on besides what the
+/// policies' stamps cover: its pods there (name, address, labels, named ports) and the stamps
+/// of its policies.
+fn ns_signature(model: &ClusterModel, ns: &str, pods: &[&PodInfo]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
-    for (ns, pods) in local {
-        ns.hash(&mut h);
-        for (p, stamp) in model.policies_in_stamped(ns) {
-            (&p.name, stamp).hash(&mut h);
-        }
-        for p in pods {
-            (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
-        }
+    (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
+    for (p, stamp) in model.policies_in_stamped(ns) {
+        (&p.name, stamp).hash(&mut h);
+    }
+    for p in pods {
+        (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
     }
     h.finish()
 }
@@ -839,14 +893,20 @@ fn node_signature(model: &ClusterModel, local: &BTreeMap<&str, Vec<&PodInfo>>) -
 /// One node's policy flows from the conjunctions it uses: its own run (target clauses, clause
 /// flows several of its conjunctions share, direct allows, isolation drops) merged with each
 /// shared conjunction's run, less the entries the node's own run holds merged.
-fn assemble(
-    used: &[(Option<Arc<SharedConj>>, ConjSpec, Direction, u64)],
-    isolated: &[BTreeMap<Ipv4Addr, &PodInfo>; 2],
+fn assemble<'g>(
+    groups: impl Iterator<Item = &'g NsGroup> + Clone,
 ) -> Result<FlowSet, PipelineError> {
+    let used = groups.clone().flat_map(|g| g.used.iter());
+    let mut isolated: [BTreeMap<Ipv4Addr, u64>; 2] = Default::default();
+    for g in groups {
+        for (di, v) in g.isolated.iter().enumerate() {
+            isolated[di].extend(v.iter().copied());
+        }
+    }
     type ClauseKey = (TableId, Clause);
     // How many conjunctions on this node use each non-target clause.
     let mut count: HashMap<ClauseKey, u32, FastHash> = HashMap::default();
-    for (shared, _, dir, _) in used {
+    for (shared, _, dir, _) in used.clone() {
         if let Some(c) = shared {
             for (cl, _) in c.clauses.iter().flatten() {
                 *count.entry((dir.table(), *cl)).or_default() += 1;
@@ -923,12 +983,8 @@ fn assemble(
         .into_iter()
         .enumerate()
     {
-        for (ip, pod) in &isolated[di] {
-            let ck = cookie::cookie(
-                Feature::NetworkPolicy,
-                ObjectKind::Pod,
-                cookie::object_hash(&format!("pod/{}", pod.key)),
-            );
+        for (ip, ck) in &isolated[di] {
+            let ck = *ck;
             let m = Clause::Net(dir.target_field(), *ip, 32).to_match();
             flows.push(
                 FlowBuilder::new(dir.table(), Band::PolicyIsolate, ck)
