@@ -193,6 +193,8 @@ pub fn load_model(
         subnet_cursors: Vec::new(),
         netid_cursor: 0,
         policies: Vec::new(),
+        egress_firewalls: Vec::new(),
+        egress_dns: Default::default(),
     };
     let mut stored_config = None;
     let mut cursors = None;

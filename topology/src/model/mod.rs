@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
+pub use egress_firewall::{
+    normalize_dns_name, EgressAction, EgressFirewall, EgressFirewallError, EgressRule, EgressTo,
+    FirewallPlan, FirewallStatus, MAX_EGRESS_RULES,
+};
 pub use labels::{LabelSelector, Labels, Requirement, SelectorOp};
 pub use policy::{
     ContainerPort, NetworkPolicy, Peer, PodMeta, PolicyError, PolicyKey, PolicyPort, PolicyRule,
@@ -264,6 +268,9 @@ pub enum ModelError {
         /// The namespaces sharing it, comma-separated.
         namespaces: String,
     },
+    /// An EgressNetworkPolicy is refused.
+    #[error(transparent)]
+    EgressFirewall(#[from] EgressFirewallError),
     /// A NETID in saved state is out of range.
     #[error("namespace {namespace}: NETID {netid} is out of range (0..=16777215)")]
     BadNetId {
@@ -363,6 +370,12 @@ pub struct ModelSnapshot {
     /// NetworkPolicies.
     #[serde(default)]
     pub policies: Vec<NetworkPolicy>,
+    /// EgressNetworkPolicies (one per project).
+    #[serde(default)]
+    pub egress_firewalls: Vec<EgressFirewall>,
+    /// The last resolved addresses of the firewalls' DNS names.
+    #[serde(default)]
+    pub egress_dns: BTreeMap<String, Vec<Ipv4Addr>>,
 }
 
 /// What to attach: a pod on a node's OVS port.
@@ -399,6 +412,8 @@ pub struct ClusterModel {
     config_epoch: u64,
     policy_epoch: u64,
     namespace_epoch: u64,
+    egress: egress_firewall::EgressFirewalls,
+    netid_changes: u64,
 }
 
 impl ClusterModel {
@@ -422,6 +437,8 @@ impl ClusterModel {
             config_epoch: 0,
             policy_epoch: 0,
             namespace_epoch: 0,
+            egress: Default::default(),
+            netid_changes: 0,
         })
     }
 
@@ -471,6 +488,7 @@ impl ClusterModel {
     }
 }
 
+pub mod egress_firewall;
 pub mod labels;
 mod namespaces;
 mod nodes;

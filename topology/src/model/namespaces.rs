@@ -91,6 +91,7 @@ impl ClusterModel {
                 self.policy_index.insert(p);
             }
         }
+        affected.merge(self.drop_egress_firewall_of(name));
         if let Some(e) = self.namespaces.remove(name) {
             self.namespace_epoch += 1;
             if self.is_policy_mode() && !self.policies.is_empty() {
@@ -208,7 +209,10 @@ impl ClusterModel {
         }
         self.graph.add_edge(v, nv, Edge::NamespaceNetId);
         self.drop_netid_vertex_if_unused(old);
-        Ok(self.nodes_of_namespace(name))
+        self.netid_changes += 1;
+        let mut a = self.nodes_of_namespace(name);
+        a.merge(self.egress_firewall_netid_change(old, netid));
+        Ok(a)
     }
 
     pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {

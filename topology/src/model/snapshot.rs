@@ -44,6 +44,8 @@ impl ClusterModel {
             subnet_cursors: self.subnets.cursors().to_vec(),
             netid_cursor: self.netids.cursor(),
             policies: self.policies.values().cloned().collect(),
+            egress_firewalls: self.snapshot_egress().0,
+            egress_dns: self.snapshot_egress().1,
         }
     }
 
@@ -154,6 +156,7 @@ impl ClusterModel {
             }
             m.apply_policy(p.clone())?;
         }
+        m.restore_egress(&s.egress_firewalls, &s.egress_dns)?;
         m.subnets.set_cursors(&s.subnet_cursors);
         m.netids.set_cursor(s.netid_cursor);
         Ok(m)

@@ -5,6 +5,8 @@
 //!   (multitenant), kept sorted and rebuilt by splicing only the fragments whose inputs changed;
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
 //!   or a pod changes (see `netpol`);
+//! * its *egress firewall* runs (table 100): one per NETID of its pods that has a firewall,
+//!   built once per NETID and shared by every node (see `egress_firewall`);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -49,6 +51,7 @@ pub struct Pipeline {
     mesh: Option<Mesh>,
     nodes: HashMap<String, NodeCache>,
     policies: PolicyCache,
+    firewall: super::egress_firewall::FirewallCache,
 }
 
 impl Pipeline {
@@ -169,12 +172,14 @@ impl Pipeline {
             },
         );
         let policy = self.policies.node_flows(model, node)?;
+        let firewall = self.firewall.node_runs(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
             (local.clone(), 0..local.len()),
             (policy.clone(), 0..policy.len()),
         ];
+        parts.extend(firewall.into_iter().map(|r| (r.clone(), 0..r.len())));
         for (t, run) in mesh.runs.iter().enumerate() {
             match own {
                 Some(idx) => {

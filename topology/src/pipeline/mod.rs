@@ -4,6 +4,7 @@
 pub mod builder;
 pub mod compute;
 pub mod cookie;
+pub mod egress_firewall;
 pub mod flowset;
 pub mod fragments;
 pub mod groups;
