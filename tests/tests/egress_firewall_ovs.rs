@@ -108,7 +108,10 @@ fn egress_firewall_simulator_and_ofproto_trace_agree() {
     for (node, fs) in &sets {
         let ours = rendered(fs);
         let theirs = sbx.dump_flows(node).expect("dump-flows");
-        assert_eq!(ours, theirs, "{node}: dump-flows differs from our rendering");
+        assert_eq!(
+            ours, theirs,
+            "{node}: dump-flows differs from our rendering"
+        );
         assert!(
             fs.table(100).count() > 1,
             "{node}: the firewall flows are there"

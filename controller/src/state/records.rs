@@ -31,6 +31,10 @@ pub enum Record {
     Cursors(CursorsRecord),
     /// A NetworkPolicy.
     NetworkPolicy(NetworkPolicy),
+    /// A project's EgressNetworkPolicy.
+    EgressNetworkPolicy(topology::model::EgressFirewall),
+    /// The last resolved addresses of an egress firewall's DNS name.
+    EgressDns(crate::egress_firewall::DnsRecord),
 }
 
 /// The key of a record: its kind and name.
@@ -48,6 +52,10 @@ pub enum RecordKey {
     Cursors,
     /// A NetworkPolicy by namespace and name.
     NetworkPolicy(String, String),
+    /// An EgressNetworkPolicy by namespace (one per project).
+    EgressNetworkPolicy(String),
+    /// A DNS name's resolved addresses.
+    EgressDns(String),
 }
 
 impl RecordKey {
@@ -60,6 +68,8 @@ impl RecordKey {
             RecordKey::Pod(ns, n) => format!("pod/{ns}/{n}"),
             RecordKey::Cursors => "cursors/default".to_string(),
             RecordKey::NetworkPolicy(ns, n) => format!("networkpolicy/{ns}/{n}"),
+            RecordKey::EgressNetworkPolicy(ns) => format!("egressnetworkpolicy/{ns}"),
+            RecordKey::EgressDns(n) => format!("egressdns/{n}"),
         }
     }
 }
@@ -76,6 +86,8 @@ impl Record {
             Record::NetworkPolicy(p) => {
                 RecordKey::NetworkPolicy(p.namespace.clone(), p.name.clone())
             }
+            Record::EgressNetworkPolicy(f) => RecordKey::EgressNetworkPolicy(f.namespace.clone()),
+            Record::EgressDns(d) => RecordKey::EgressDns(d.name.clone()),
         }
     }
 }
