@@ -100,6 +100,9 @@ fn cluster() -> ClusterModel {
     m
 }
 
+/// (namespace, pod, destination, (IP protocol, destination port), allowed)
+type Case<'a> = (&'a str, &'a str, Ipv4Addr, Option<(u8, u16)>, bool);
+
 #[test]
 fn egress_firewall_simulator_and_ofproto_trace_agree() {
     let m = cluster();
@@ -123,7 +126,7 @@ fn egress_firewall_simulator_and_ofproto_trace_agree() {
     let node_a_ip = NODES[0].1;
     // (from, destination, protocol/port, reaches the host = allowed)
     let ip = |a, b, c, d| Ipv4Addr::new(a, b, c, d);
-    let cases: Vec<(&str, &str, Ipv4Addr, Option<(u8, u16)>, bool)> = vec![
+    let cases: Vec<Case> = vec![
         // Allow 198.51.100.0/24 before Deny 198.51.0.0/16.
         ("allowfirst", "p", ip(198, 51, 100, 7), None, true),
         ("allowfirst", "p", ip(198, 51, 7, 7), None, false),
