@@ -377,6 +377,77 @@ mod tests {
         assert!(flows[3].instructions.is_empty(), "final 0/0 Deny drops");
     }
 
+    /// The cached, shared runs always equal a from-scratch computation, through firewall
+    /// edits, address changes, joins, pod moves and deletions.
+    #[test]
+    fn incremental_equals_from_scratch() {
+        use crate::model::PodAttach;
+        use crate::{compute_node, ClusterNetworkConfig, Mode, Pipeline};
+        let c = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("c"),
+            23,
+            "172.30.0.0/16".parse().expect("s"),
+            Mode::Multitenant,
+        );
+        let mut m = ClusterModel::new(c).expect("model");
+        for (i, n) in ["n1", "n2"].iter().enumerate() {
+            m.add_node(n, Ipv4Addr::new(192, 168, 9, i as u8 + 1), 0x10 + i as u64)
+                .expect("node");
+        }
+        for ns in ["default", "a", "b"] {
+            m.add_namespace(ns).expect("ns");
+        }
+        let pod = |m: &mut ClusterModel, ns: &str, name: &str, node: &str, of: u32| {
+            m.add_pod(PodAttach {
+                namespace: ns,
+                name,
+                node,
+                port_name: name,
+                ofport: of,
+            })
+            .expect("pod");
+        };
+        pod(&mut m, "a", "p", "n1", 3);
+        pod(&mut m, "b", "q", "n2", 3);
+        let mut p = Pipeline::new();
+        let check = |p: &mut Pipeline, m: &ClusterModel, step: &str| {
+            for n in ["n1", "n2"] {
+                let inc = p.node_flows(m, n).expect("inc");
+                let full = compute_node(m, n).expect("full");
+                assert_eq!(inc, full, "{step}: {n}");
+            }
+        };
+        check(&mut p, &m, "start");
+        let mut f = fw(&[
+            (EgressAction::Allow, "h.example"),
+            (EgressAction::Deny, "0.0.0.0/0"),
+        ]);
+        m.apply_egress_firewall(f.clone()).expect("fw");
+        check(&mut p, &m, "firewall");
+        m.set_egress_dns_addresses("h.example", [Ipv4Addr::new(192, 0, 2, 1)].into());
+        check(&mut p, &m, "resolved");
+        m.set_egress_dns_addresses("h.example", [Ipv4Addr::new(192, 0, 2, 2)].into());
+        check(&mut p, &m, "re-resolved");
+        f.rules.insert(
+            0,
+            EgressRule {
+                action: EgressAction::Deny,
+                to: EgressTo::Cidr("192.0.2.0/24".parse().expect("c")),
+            },
+        );
+        m.apply_egress_firewall(f.clone()).expect("edit");
+        check(&mut p, &m, "edit");
+        pod(&mut m, "a", "p2", "n2", 4);
+        check(&mut p, &m, "pod on n2");
+        m.join(&["b"], "a").expect("join");
+        check(&mut p, &m, "join (drop-all)");
+        m.isolate("b").expect("isolate");
+        check(&mut p, &m, "isolate");
+        m.delete_namespace("a").expect("delete ns");
+        check(&mut p, &m, "namespace deleted");
+        assert!(m.egress_firewalls().next().is_none());
+    }
+
     #[test]
     fn one_edit_changes_one_flow() {
         let rules: Vec<(EgressAction, String)> = (0..8000u32)
