@@ -266,6 +266,11 @@ fn apply_one(
             fx.merge(applied);
             Ok(verdict.as_str())
         }
+        ManifestObject::EgressNetworkPolicy(f) => {
+            let (verdict, applied) = crate::egress_firewall::apply_in(m, f.clone())?;
+            fx.merge(applied);
+            Ok(verdict.as_str())
+        }
     }
 }
 

@@ -170,6 +170,10 @@ pub struct Core {
     events: broadcast::Sender<Event>,
     metrics: Arc<Metrics>,
     cfg: CoreConfig,
+    /// The egress firewall DNS resolver's schedule (written by its task, shown by the API).
+    pub dns_schedule: BTreeMap<String, crate::egress_firewall::DnsSchedule>,
+    /// NETIDs whose egress is dropped because joined projects' firewalls differ.
+    firewall_conflicts: BTreeMap<u32, String>,
 }
 
 /// A cloneable handle to the core task.
@@ -198,6 +202,8 @@ pub fn load_model(
         netid_cursor: 0,
         policies: Vec::new(),
         egress: Default::default(),
+        egress_firewalls: Vec::new(),
+        egress_dns: Default::default(),
     };
     let mut stored_config = None;
     let mut cursors = None;
@@ -210,6 +216,10 @@ pub fn load_model(
             Record::Cursors(c) => cursors = Some(c),
             Record::NetworkPolicy(p) => snap.policies.push(p),
             Record::EgressIps(e) => snap.egress = e,
+            Record::EgressNetworkPolicy(f) => snap.egress_firewalls.push(f),
+            Record::EgressDns(d) => {
+                snap.egress_dns.insert(d.name, d.addresses);
+            }
         }
     }
     let mut changes = Vec::new();
@@ -383,7 +393,10 @@ impl Core {
             events: events.clone(),
             metrics: metrics.clone(),
             cfg,
+            dns_schedule: BTreeMap::new(),
+            firewall_conflicts: BTreeMap::new(),
         };
+        core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
             .pipeline
             .recompute(&core.model, &Affected::all())
@@ -457,9 +470,20 @@ impl Core {
     }
 
     fn mutate(&mut self, f: MutateFn) {
-        let Some((effects, finish)) = f(&mut self.model) else {
+        let Some((mut effects, finish)) = f(&mut self.model) else {
             return;
         };
+        let conflicts = self.model.egress_firewall_conflicts();
+        for (netid, reason) in &conflicts {
+            if self.firewall_conflicts.get(netid) != Some(reason) {
+                effects.events.push(Event::now(
+                    "EgressFirewallConflict",
+                    format!("netid/{netid}"),
+                    format!("error: {reason}"),
+                ));
+            }
+        }
+        self.firewall_conflicts = conflicts;
         // Durability and switch programming run side by side; the call is answered when both
         // are done.
         let mut waits = Vec::new();

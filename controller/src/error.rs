@@ -30,6 +30,8 @@ pub enum ApiError {
     Internal(String),
 }
 
+use topology::model::EgressFirewallError;
+
 impl From<ModelError> for ApiError {
     fn from(e: ModelError) -> Self {
         let msg = e.to_string();
@@ -52,6 +54,13 @@ impl From<ModelError> for ApiError {
             ModelError::NodeIpInUse { .. }
             | ModelError::DatapathInUse { .. }
             | ModelError::OfportInUse { .. } => ApiError::AlreadyExists(msg),
+            ModelError::EgressFirewall(EgressFirewallError::Unknown { .. }) => ApiError::NotFound(msg),
+            ModelError::EgressFirewall(EgressFirewallError::SecondInProject { .. }) => {
+                ApiError::AlreadyExists(msg)
+            }
+            ModelError::EgressFirewall(EgressFirewallError::DefaultProject { .. }) => {
+                ApiError::FailedPrecondition(msg)
+            }
             _ => ApiError::Invalid(msg),
         }
     }

@@ -144,6 +144,7 @@ pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
         0x03 => "pod",
         0x04 => "isolation",
         0x05 => "networkpolicy",
+        0x06 => "egressfirewall",
         0x0f => "version",
         0 => "none",
         _ => "other",
@@ -168,6 +169,13 @@ pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
                     == parts.object
             })
             .map(|p| format!("networkpolicy {}/{}", p.namespace, p.name)),
+        6 => m
+            .egress_firewalls()
+            .find(|f| {
+                cookie::object_hash(&format!("egressnetworkpolicy/{}/{}", f.namespace, f.name))
+                    == parts.object
+            })
+            .map(|f| format!("egressnetworkpolicy {}/{}", f.namespace, f.name)),
         _ => None,
     };
     match object {
@@ -503,6 +511,31 @@ impl Admin for AdminService {
         r: Request<pa::ListNetworkPoliciesRequest>,
     ) -> Result<Response<pa::NetworkPolicyList>, Status> {
         let reply = crate::policy_api::list(&self.core, r.into_inner().namespace).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn apply_egress_network_policy(
+        &self,
+        r: Request<pa::EgressNetworkPolicy>,
+    ) -> Result<Response<pa::ApplyEgressNetworkPolicyReply>, Status> {
+        let reply = crate::egress_dns::api_apply(&self.core, r.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn delete_egress_network_policy(
+        &self,
+        r: Request<pa::PolicyRef>,
+    ) -> Result<Response<pa::Empty>, Status> {
+        let r = r.into_inner();
+        crate::egress_firewall::delete(&self.core, r.namespace, r.name).await?;
+        Ok(Response::new(pa::Empty {}))
+    }
+
+    async fn list_egress_network_policies(
+        &self,
+        r: Request<pa::ListNetworkPoliciesRequest>,
+    ) -> Result<Response<pa::EgressNetworkPolicyList>, Status> {
+        let reply = crate::egress_dns::api_list(&self.core, r.into_inner().namespace).await?;
         Ok(Response::new(reply))
     }
 

@@ -5,6 +5,8 @@ pub mod apply;
 pub mod cli;
 pub mod core;
 pub mod egress_api;
+pub mod egress_dns;
+pub mod egress_firewall;
 pub mod error;
 pub mod grpc;
 pub mod link;

@@ -11,6 +11,8 @@
 //! * `v1 Node`, `network.openshift.io/v1 HostSubnet` → [`ManifestObject::Node`]
 //! * `v1 Pod` → [`ManifestObject::Pod`]
 //! * `network.openshift.io/v1 ClusterNetwork` → [`ManifestObject::ClusterNetwork`]
+//! * `network.openshift.io/v1 EgressNetworkPolicy` → [`ManifestObject::EgressNetworkPolicy`]
+//!   (read with the serde structs of [`crate::egress_firewall`]; errors name the rule's index)
 //! * `networking.k8s.io/v1 NetworkPolicy` → [`ManifestObject::NetworkPolicy`] (read as
 //!   `k8s_openapi`'s type, then checked field by field, see [`crate::netpol`])
 //!
@@ -48,6 +50,8 @@ pub enum ManifestObject {
     ClusterNetwork(ClusterNetworkSpec),
     /// Create or replace a NetworkPolicy (checked, in the model's form).
     NetworkPolicy(NetworkPolicy),
+    /// Create or replace a project's EgressNetworkPolicy (checked, in the model's form).
+    EgressNetworkPolicy(topology::model::EgressFirewall),
 }
 
 impl ManifestObject {
@@ -60,6 +64,9 @@ impl ManifestObject {
             ManifestObject::ClusterNetwork(c) => format!("clusternetwork/{}", c.name),
             ManifestObject::NetworkPolicy(p) => {
                 format!("networkpolicy/{}/{}", p.namespace, p.name)
+            }
+            ManifestObject::EgressNetworkPolicy(f) => {
+                format!("egressnetworkpolicy/{}/{}", f.namespace, f.name)
             }
         }
     }
@@ -243,7 +250,7 @@ impl fmt::Display for Problem {
             Problem::MissingTypeInfo(field) => write!(f, "{field} is missing"),
             Problem::UnknownKind { api_version, kind } => write!(
                 f,
-                "unsupported kind {kind:?} (apiVersion {api_version:?}); flowmesh applies v1 Namespace, Node and Pod, network.openshift.io/v1 NetNamespace, HostSubnet and ClusterNetwork, and networking.k8s.io/v1 NetworkPolicy"
+                "unsupported kind {kind:?} (apiVersion {api_version:?}); flowmesh applies v1 Namespace, Node and Pod, network.openshift.io/v1 NetNamespace, HostSubnet, ClusterNetwork and EgressNetworkPolicy, and networking.k8s.io/v1 NetworkPolicy"
             ),
             Problem::Field { field, reason } => write!(f, "{field}: {reason}"),
             Problem::Missing { field, hint } => write!(f, "{field} is required ({hint})"),
@@ -358,6 +365,7 @@ fn parse_document(index: usize, value: &Value) -> Result<ManifestObject, Manifes
         (API_V1, "Pod") => parse_pod(&doc),
         (API_OPENSHIFT_NETWORK, "ClusterNetwork") => parse_cluster_network(&doc),
         (API_NETWORKING, "NetworkPolicy") => parse_network_policy(&doc, value),
+        (API_OPENSHIFT_NETWORK, "EgressNetworkPolicy") => parse_egress_network_policy(&doc, value),
         _ => Err(doc.err(Problem::UnknownKind {
             api_version: api_version.clone(),
             kind: kind.clone(),
@@ -592,6 +600,35 @@ fn parse_network_policy(doc: &Doc<'_>, value: &Value) -> Result<ManifestObject, 
         })
     })?;
     Ok(ManifestObject::NetworkPolicy(p))
+}
+
+fn parse_egress_network_policy(
+    doc: &Doc<'_>,
+    value: &Value,
+) -> Result<ManifestObject, ManifestError> {
+    let namespace = doc.req_str("metadata.namespace", "the project's namespace")?;
+    doc.check_name("metadata.namespace", &namespace)?;
+    let name = doc.req_str("metadata.name", "the policy name")?;
+    doc.check_name("metadata.name", &name)?;
+    let full_name = format!("{namespace}/{name}");
+    let doc = Doc {
+        name: Some(&full_name),
+        ..*doc
+    };
+    let obj: crate::egress_firewall::EgressNetworkPolicyObject =
+        serde_yaml::from_value(value.clone()).map_err(|e| {
+            doc.err(Problem::Field {
+                field: "spec".into(),
+                reason: format!("not an EgressNetworkPolicy: {e}"),
+            })
+        })?;
+    let f = crate::egress_firewall::from_api(&namespace, &name, &obj.spec).map_err(|e| {
+        doc.err(Problem::Field {
+            field: e.field,
+            reason: e.reason,
+        })
+    })?;
+    Ok(ManifestObject::EgressNetworkPolicy(f))
 }
 
 fn parse_cluster_network(doc: &Doc<'_>) -> Result<ManifestObject, ManifestError> {

@@ -125,12 +125,20 @@ pub async fn delete_namespace(core: &CoreHandle, name: String) -> Result<(), Api
             .filter(|p| p.key.namespace == name)
             .map(|p| p.key.name.clone())
             .collect();
+        let had_firewall = m.egress_firewall(&name).is_some();
+        let dns_before = crate::egress_firewall::resolved_names(m);
         let affected = m.delete_namespace(&name)?;
         let mut changes = vec![
             namespace_change(m, &name),
             cursors_change(m),
             egress_change(m),
         ];
+        if had_firewall {
+            changes.push(crate::state::Change::Delete(
+                crate::state::RecordKey::EgressNetworkPolicy(name.clone()),
+            ));
+            changes.extend(crate::egress_firewall::dropped_dns_changes(m, &dns_before));
+        }
         changes.extend(pods.iter().map(|p| pod_change(m, &name, p)));
         let ev = Event::now(
             "NamespaceDeleted",

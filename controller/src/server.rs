@@ -32,6 +32,8 @@ pub struct ServerConfig {
     /// TLS for switch connections: controller certificate, key, and the CA that signs switch
     /// certificates (PEM files). None: plain TCP.
     pub openflow_tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// The egress firewall's DNS resolver.
+    pub egress_dns: crate::egress_dns::DnsConfig,
 }
 
 /// Why the controller could not start.
@@ -206,6 +208,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx))),
         ));
     }
+    tokio::spawn(crate::egress_dns::run(core.clone(), cfg.egress_dns.clone()));
     tokio::spawn(async move {
         // The listener accepts for as long as it lives.
         let _listener = of;

@@ -557,6 +557,27 @@ impl Admin for Fake {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    async fn apply_egress_network_policy(
+        &self,
+        _: Request<admin::EgressNetworkPolicy>,
+    ) -> Result<Response<admin::ApplyEgressNetworkPolicyReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn delete_egress_network_policy(
+        &self,
+        _: Request<admin::PolicyRef>,
+    ) -> Result<Response<admin::Empty>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn list_egress_network_policies(
+        &self,
+        _: Request<admin::ListNetworkPoliciesRequest>,
+    ) -> Result<Response<admin::EgressNetworkPolicyList>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn label_namespace(
         &self,
         _: Request<admin::LabelRequest>,

@@ -59,6 +59,16 @@ struct Args {
     /// them.
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
+    /// Nameserver (IP or IP:PORT) that resolves the egress firewall's dnsName rules (default:
+    /// the nameservers of /etc/resolv.conf).
+    #[arg(long)]
+    egress_dns_server: Option<String>,
+    /// Seconds: a dnsName is never resolved more often than this, whatever its TTL.
+    #[arg(long, default_value_t = 2.0)]
+    egress_dns_ttl_floor: f64,
+    /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
+    #[arg(long, default_value_t = 1800.0)]
+    egress_dns_ttl_ceiling: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -118,6 +128,29 @@ async fn termination() -> &'static str {
     "SIGINT"
 }
 
+/// The egress firewall resolver's settings from the flags.
+fn flowmesh_controller_dns(args: &Args) -> Result<controller::egress_dns::DnsConfig, String> {
+    let server = match &args.egress_dns_server {
+        None => None,
+        Some(s) => Some(
+            s.parse::<std::net::SocketAddr>()
+                .or_else(|_| {
+                    s.parse::<std::net::IpAddr>()
+                        .map(|ip| std::net::SocketAddr::new(ip, 53))
+                })
+                .map_err(|_| {
+                    format!("--egress-dns-server {s:?}: expected IP or IP:PORT, e.g. 10.0.0.2:53")
+                })?,
+        ),
+    };
+    Ok(controller::egress_dns::DnsConfig {
+        server,
+        ttl_floor: seconds("--egress-dns-ttl-floor", args.egress_dns_ttl_floor)?,
+        ttl_ceiling: seconds("--egress-dns-ttl-ceiling", args.egress_dns_ttl_ceiling)?,
+        ..Default::default()
+    })
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args);
@@ -154,6 +187,7 @@ async fn run(args: Args) -> ExitCode {
                 (Some(c), Some(k), Some(a)) => Some((c.clone(), k.clone(), a.clone())),
                 _ => None,
             },
+            egress_dns: flowmesh_controller_dns(&args)?,
         })
     })();
     let grace = match seconds("--shutdown-grace", args.shutdown_grace) {

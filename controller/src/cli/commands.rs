@@ -198,6 +198,24 @@ async fn delete(s: &Session, d: DeleteArgs) -> Result<(), CliError> {
                 .await?;
             print(&format!("networkpolicy/{} deleted\n", d.name))
         }
+        DeleteKind::Egressnetworkpolicy => {
+            let conn = s.conn().await?;
+            let op = Operation::new(
+                "delete",
+                Target::Object {
+                    kind: "egressnetworkpolicy",
+                    name: d.name.to_string(),
+                    command: "delete egressnetworkpolicy",
+                },
+            );
+            let req = conn.request(admin::PolicyRef {
+                namespace: d.name.namespace.clone(),
+                name: d.name.name.clone(),
+            });
+            conn.call(op, conn.client.clone().delete_egress_network_policy(req))
+                .await?;
+            print(&format!("egressnetworkpolicy/{} deleted\n", d.name))
+        }
     }
 }
 
@@ -481,6 +499,30 @@ async fn get(s: &Session, g: GetArgs) -> Result<(), CliError> {
                 &g.names,
                 |p| p.0.metadata.name.as_deref().unwrap_or_default(),
                 "networkpolicies",
+            )?;
+            print_list(&v, f)
+        }
+        Resource::Egressnetworkpolicies => {
+            let conn = s.conn().await?;
+            let req = conn.request(admin::ListNetworkPoliciesRequest {
+                namespace: g.namespace.clone().unwrap_or_default(),
+            });
+            let reply = conn
+                .call(
+                    list("egressnetworkpolicies"),
+                    conn.client.clone().list_egress_network_policies(req),
+                )
+                .await?;
+            let v: Vec<crate::egress_firewall::EgressNetworkPolicyView> = reply
+                .items
+                .iter()
+                .map(crate::egress_firewall::EgressNetworkPolicyView::from)
+                .collect();
+            let v = select(
+                v,
+                &g.names,
+                |p| p.0.metadata.name.as_deref().unwrap_or_default(),
+                "egressnetworkpolicies",
             )?;
             print_list(&v, f)
         }

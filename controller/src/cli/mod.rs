@@ -136,6 +136,9 @@ pub enum DeleteKind {
     /// A NetworkPolicy, NAMESPACE/NAME.
     #[value(aliases = ["networkpolicies", "netpol"])]
     Networkpolicy,
+    /// A project's EgressNetworkPolicy, NAMESPACE/NAME.
+    #[value(aliases = ["egressnetworkpolicies", "egressfirewall"])]
+    Egressnetworkpolicy,
 }
 
 /// `delete KIND NAME`
@@ -144,7 +147,7 @@ pub struct DeleteArgs {
     /// What to delete.
     #[arg(value_enum)]
     pub kind: DeleteKind,
-    /// The object: NAMESPACE/NAME for a NetworkPolicy.
+    /// The object: NAMESPACE/NAME.
     pub name: PodName,
 }
 
@@ -251,6 +254,9 @@ pub enum Resource {
     /// NetworkPolicies (with -n, of one namespace).
     #[value(aliases = ["networkpolicy", "netpol"])]
     Networkpolicies,
+    /// EgressNetworkPolicies (with -n, of one namespace), with status and DNS addresses.
+    #[value(aliases = ["egressnetworkpolicy", "egressfirewalls"])]
+    Egressnetworkpolicies,
 }
 
 /// `get KIND [NAME...]`

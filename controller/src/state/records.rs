@@ -33,6 +33,10 @@ pub enum Record {
     NetworkPolicy(NetworkPolicy),
     /// Egress IPs: NetNamespace and HostSubnet egress fields, automatic placements (a singleton).
     EgressIps(EgressSnapshot),
+    /// A project's EgressNetworkPolicy.
+    EgressNetworkPolicy(topology::model::EgressFirewall),
+    /// The last resolved addresses of an egress firewall's DNS name.
+    EgressDns(crate::egress_firewall::DnsRecord),
 }
 
 /// The key of a record: its kind and name.
@@ -52,6 +56,10 @@ pub enum RecordKey {
     NetworkPolicy(String, String),
     /// The egress-IP state.
     EgressIps,
+    /// An EgressNetworkPolicy by namespace (one per project).
+    EgressNetworkPolicy(String),
+    /// A DNS name's resolved addresses.
+    EgressDns(String),
 }
 
 impl RecordKey {
@@ -65,6 +73,8 @@ impl RecordKey {
             RecordKey::Cursors => "cursors/default".to_string(),
             RecordKey::NetworkPolicy(ns, n) => format!("networkpolicy/{ns}/{n}"),
             RecordKey::EgressIps => "egressips/default".to_string(),
+            RecordKey::EgressNetworkPolicy(ns) => format!("egressnetworkpolicy/{ns}"),
+            RecordKey::EgressDns(n) => format!("egressdns/{n}"),
         }
     }
 }
@@ -82,6 +92,8 @@ impl Record {
                 RecordKey::NetworkPolicy(p.namespace.clone(), p.name.clone())
             }
             Record::EgressIps(_) => RecordKey::EgressIps,
+            Record::EgressNetworkPolicy(f) => RecordKey::EgressNetworkPolicy(f.namespace.clone()),
+            Record::EgressDns(d) => RecordKey::EgressDns(d.name.clone()),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Ctl(Child);
+pub(super) struct Ctl(pub(super) Child);
 
 impl Drop for Ctl {
     fn drop(&mut self) {
@@ -23,14 +23,14 @@ impl Drop for Ctl {
     }
 }
 
-fn free_port() -> Result<u16, String> {
+pub(super) fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("no free port: {e}"))
 }
 
-fn controller_bin() -> Result<PathBuf, String> {
+pub(super) fn controller_bin() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().ok_or("no directory of flowmesh-bench")?;
     let p = dir.join("flowmesh-controller");

@@ -2,6 +2,7 @@
 
 pub mod attach;
 pub mod compute;
+pub mod egressfw;
 pub mod flows;
 pub mod netpol;
 pub mod push;

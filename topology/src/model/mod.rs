@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
+pub use egress_firewall::{
+    normalize_dns_name, EgressAction, EgressFirewall, EgressFirewallError, EgressRule, EgressTo,
+    FirewallPlan, FirewallStatus, MAX_EGRESS_RULES,
+};
 pub use egress_ip::{
     egress_mark, EgressError, EgressIpStatus, EgressPlan, EgressSnapshot, HostSubnetEgress,
 };
@@ -273,6 +277,9 @@ pub enum ModelError {
     /// An egress-IP request is invalid.
     #[error(transparent)]
     Egress(#[from] EgressError),
+    /// An EgressNetworkPolicy is refused.
+    #[error(transparent)]
+    EgressFirewall(#[from] EgressFirewallError),
     /// A NETID in saved state is out of range.
     #[error("namespace {namespace}: NETID {netid} is out of range (0..=16777215)")]
     BadNetId {
@@ -377,6 +384,12 @@ pub struct ModelSnapshot {
     /// Egress IPs: requests, node settings, automatic placements.
     #[serde(default, skip_serializing_if = "EgressSnapshot::is_empty")]
     pub egress: EgressSnapshot,
+    /// EgressNetworkPolicies (one per project).
+    #[serde(default)]
+    pub egress_firewalls: Vec<EgressFirewall>,
+    /// The last resolved addresses of the firewalls' DNS names.
+    #[serde(default)]
+    pub egress_dns: BTreeMap<String, Vec<Ipv4Addr>>,
 }
 
 /// What to attach: a pod on a node's OVS port.
@@ -421,6 +434,8 @@ pub struct ClusterModel {
     policy_reset_epoch: u64,
     /// Namespaces by label (key, value), for namespace selectors with `matchLabels`.
     ns_by_label: BTreeMap<(String, String), BTreeSet<String>>,
+    firewalls: egress_firewall::EgressFirewalls,
+    netid_changes: u64,
 }
 
 impl ClusterModel {
@@ -448,6 +463,8 @@ impl ClusterModel {
             policy_stamps: BTreeMap::new(),
             policy_reset_epoch: 0,
             ns_by_label: BTreeMap::new(),
+            firewalls: Default::default(),
+            netid_changes: 0,
         })
     }
 
@@ -497,6 +514,7 @@ impl ClusterModel {
     }
 }
 
+pub mod egress_firewall;
 mod egress_ip;
 pub mod labels;
 pub mod multicast;

@@ -97,6 +97,7 @@ impl ClusterModel {
             }
         }
         self.replace_namespace_labels(name, Labels::new());
+        affected.merge(self.drop_egress_firewall_of(name));
         if let Some(e) = self.namespaces.remove(name) {
             self.namespace_epoch += 1;
             if self.is_policy_mode() && !self.policies.is_empty() {
@@ -199,7 +200,7 @@ impl ClusterModel {
         }
         self.policy_epoch += 1;
         self.policy_reset_epoch += 1;
-        let mut multicast = self.multicast_nodes(old);
+        let multicast = self.multicast_nodes(old);
         self.netids
             .retain(netid)
             .map_err(|source| ModelError::Alloc {
@@ -224,14 +225,17 @@ impl ClusterModel {
         }
         self.graph.add_edge(v, nv, Edge::NamespaceNetId);
         self.drop_netid_vertex_if_unused(old);
+        self.netid_changes += 1;
+        let mut a = self.egress_firewall_netid_change(old, netid);
         if self.namespace_has_egress(name) {
             // Its egress IPs now serve another NETID: every node's table 101 changes.
             self.reallocate_egress_ips();
             return Ok(Affected::all());
         }
-        multicast.merge(self.multicast_nodes(netid));
-        multicast.merge(self.nodes_of_namespace(name));
-        Ok(multicast)
+        a.merge(multicast);
+        a.merge(self.multicast_nodes(netid));
+        a.merge(self.nodes_of_namespace(name));
+        Ok(a)
     }
 
     pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {

@@ -45,6 +45,8 @@ impl ClusterModel {
             netid_cursor: self.netids.cursor(),
             policies: self.policies.values().cloned().collect(),
             egress: self.egress_snapshot().clone(),
+            egress_firewalls: self.snapshot_egress_firewalls().0,
+            egress_dns: self.snapshot_egress_firewalls().1,
         }
     }
 
@@ -157,6 +159,7 @@ impl ClusterModel {
             m.apply_policy(p.clone())?;
         }
         m.restore_egress(&s.egress)?;
+        m.restore_egress_firewalls(&s.egress_firewalls, &s.egress_dns)?;
         m.subnets.set_cursors(&s.subnet_cursors);
         m.netids.set_cursor(s.netid_cursor);
         Ok(m)

@@ -115,6 +115,13 @@ impl FlowBuilder {
         }
     }
 
+    /// Raise the priority above the band by `by` (rules ordered inside one band, such as the
+    /// egress firewall's prefix lengths).
+    pub fn raise(mut self, by: u16) -> Self {
+        self.priority = self.priority.saturating_add(by);
+        self
+    }
+
     /// Set the match (built with `ofproto::Match`'s typed builders).
     pub fn matching(mut self, m: Match) -> Self {
         self.matches = m;

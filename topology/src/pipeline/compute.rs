@@ -8,6 +8,8 @@
 //! * its *egress-IP* run (table 101) and groups, computed from the egress plan (see `egress_ip`);
 //! * its *multicast* run and groups (tables 110, 111, 120; see `multicast`), rebuilt on every
 //!   call (it is empty unless a NETID with a local pod has multicast);
+//! * its *egress firewall* runs (table 100): one per NETID of its pods that has a firewall,
+//!   built once per NETID and shared by every node (see `egress_firewall`);
 //! * the *mesh* runs of tables 10, 50 and 90: the flows for every node, built once for the whole
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
@@ -52,6 +54,7 @@ pub struct Pipeline {
     mesh: Option<Mesh>,
     nodes: HashMap<String, NodeCache>,
     policies: PolicyCache,
+    firewall: super::egress_firewall::FirewallCache,
 }
 
 impl Pipeline {
@@ -178,6 +181,7 @@ impl Pipeline {
         let multicast: SharedRun = Arc::from(multicast);
         groups.extend(mc_groups);
         groups.sort_by_key(|g| g.group_id);
+        let firewall = self.firewall.node_runs(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let mut parts = vec![
@@ -186,6 +190,11 @@ impl Pipeline {
             FlowSet::from_chain(vec![(egress.clone(), 0..egress.len())]),
             FlowSet::from_chain(vec![(multicast.clone(), 0..multicast.len())]),
         ];
+        parts.extend(
+            firewall
+                .into_iter()
+                .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())])),
+        );
         for (t, run) in mesh.runs.iter().enumerate() {
             // The mesh run without the node's own entry (still sorted).
             let pieces = match own {

@@ -10,7 +10,7 @@
 //! * feature: which part of the pipeline made the flow ([`Feature`]).
 //! * kind: what kind of object it serves ([`ObjectKind`]).
 //! * object id: the first 4 bytes of SHA-256 of the object's name (`node/NAME`,
-//!   `pod/NAMESPACE/NAME`, `namespace/NAME`, `networkpolicy/NAMESPACE/NAME`), or the NETID itself for NETID flows.
+//!   `pod/NAMESPACE/NAME`, `namespace/NAME`, `networkpolicy/NAMESPACE/NAME`, `egressnetworkpolicy/NAMESPACE/NAME`), or the NETID itself for NETID flows.
 //!
 //! All flows of pod `ns/p`: `ovs-ofctl dump-flows br0 --cookie=0x0302000012345678/0xffff0000ffffffff`
 //! where `0x12345678` is [`object_hash`]`("pod/ns/p")`; every flow about an object, whatever
@@ -39,7 +39,7 @@ pub enum Feature {
     Isolation = 0x04,
     /// NetworkPolicy (tables 27, 30, 80).
     NetworkPolicy = 0x05,
-    /// Egress firewall (reserved).
+    /// Egress firewall (table 100).
     EgressFirewall = 0x06,
     /// Egress IP (reserved).
     EgressIp = 0x07,
@@ -65,6 +65,8 @@ pub enum ObjectKind {
     NetId = 0x04,
     /// A NetworkPolicy (`networkpolicy/NAMESPACE/NAME`).
     Policy = 0x05,
+    /// An EgressNetworkPolicy (`egressnetworkpolicy/NAMESPACE/NAME`).
+    EgressFirewall = 0x06,
 }
 
 /// The first 4 bytes of SHA-256 of `name`, big-endian.

@@ -204,6 +204,50 @@ mod tests {
         Outcome::Host { node: node.into() }
     }
 
+    /// The egress node holds the NETID's egress firewall even without pods of it: traffic
+    /// relayed to it over VXLAN is judged there (t100) before it takes the local bucket.
+    #[test]
+    fn the_egress_node_holds_the_netids_firewall() {
+        use crate::model::{EgressAction, EgressFirewall, EgressRule, EgressTo};
+        let mut m = cluster(Mode::Multitenant);
+        m.delete_pod("a", "a2").expect("a2 gone");
+        let netid = m.effective_netid("a");
+        let t100 = |m: &ClusterModel, node: &str| {
+            compute_node(m, node)
+                .expect("flows")
+                .table(100)
+                .filter(|f| f.to_string().contains(&format!("reg0={netid:#x}")))
+                .count()
+        };
+        m.apply_egress_firewall(EgressFirewall {
+            namespace: "a".into(),
+            name: "fw".into(),
+            rules: vec![EgressRule {
+                action: EgressAction::Deny,
+                to: EgressTo::Cidr("192.168.50.0/24".parse().expect("cidr")),
+            }],
+        })
+        .expect("firewall");
+        assert!(t100(&m, "n1") > 0);
+        assert_eq!(t100(&m, "n2"), 0, "no pod of a, no egress IP yet");
+        m.set_host_subnet_egress(
+            "n2",
+            HostSubnetEgress {
+                egress_ips: vec![ip("192.168.0.100")],
+                egress_cidrs: vec![],
+            },
+        )
+        .expect("hostsubnet");
+        m.set_namespace_egress_ips("a", &[ip("192.168.0.100")])
+            .expect("netnamespace");
+        assert_eq!(
+            t100(&m, "n2"),
+            t100(&m, "n1"),
+            "the egress node judges a's traffic"
+        );
+        assert!(m.nodes_of_netid(netid).nodes.contains("n2"));
+    }
+
     #[test]
     fn manual_egress_ip_steers_every_node_to_the_egress_node() {
         let mut m = cluster(Mode::Multitenant);

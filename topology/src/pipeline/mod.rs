@@ -4,6 +4,7 @@
 pub mod builder;
 pub mod compute;
 pub mod cookie;
+pub mod egress_firewall;
 pub mod egress_ip;
 pub mod flowset;
 pub mod fragments;
