@@ -200,6 +200,20 @@ mod tests {
             .outcomes
     }
 
+    /// Node `node` hosts `addr` (manual `HostSubnet.egressIPs`) and namespace `ns` asks for it.
+    fn manual_egress(m: &mut ClusterModel, node: &str, ns: &str, addr: &str) {
+        m.set_host_subnet_egress(
+            node,
+            HostSubnetEgress {
+                egress_ips: vec![ip(addr)],
+                egress_cidrs: vec![],
+            },
+        )
+        .expect("hostsubnet");
+        m.set_namespace_egress_ips(ns, &[ip(addr)])
+            .expect("netnamespace");
+    }
+
     fn host(node: &str) -> Outcome {
         Outcome::Host { node: node.into() }
     }
@@ -230,16 +244,7 @@ mod tests {
         .expect("firewall");
         assert!(t100(&m, "n1") > 0);
         assert_eq!(t100(&m, "n2"), 0, "no pod of a, no egress IP yet");
-        m.set_host_subnet_egress(
-            "n2",
-            HostSubnetEgress {
-                egress_ips: vec![ip("192.168.0.100")],
-                egress_cidrs: vec![],
-            },
-        )
-        .expect("hostsubnet");
-        m.set_namespace_egress_ips("a", &[ip("192.168.0.100")])
-            .expect("netnamespace");
+        manual_egress(&mut m, "n2", "a", "192.168.0.100");
         assert_eq!(
             t100(&m, "n2"),
             t100(&m, "n1"),
@@ -251,16 +256,7 @@ mod tests {
     #[test]
     fn manual_egress_ip_steers_every_node_to_the_egress_node() {
         let mut m = cluster(Mode::Multitenant);
-        m.set_host_subnet_egress(
-            "n2",
-            HostSubnetEgress {
-                egress_ips: vec![ip("192.168.0.100")],
-                egress_cidrs: vec![],
-            },
-        )
-        .expect("hostsubnet");
-        m.set_namespace_egress_ips("a", &[ip("192.168.0.100")])
-            .expect("netnamespace");
+        manual_egress(&mut m, "n2", "a", "192.168.0.100");
         for pod in ["a1", "a2", "a3"] {
             assert_eq!(egress_of(&m, "a", pod, OUTSIDE), vec![host("n2")], "{pod}");
         }
@@ -394,16 +390,7 @@ mod tests {
         // networkpolicy mode commits a connection the host opened to a pod (table 80), so the
         // pod's answer is +rpl when it reaches table 101.
         let mut m = cluster(Mode::Networkpolicy);
-        m.set_host_subnet_egress(
-            "n2",
-            HostSubnetEgress {
-                egress_ips: vec![ip("192.168.0.100")],
-                egress_cidrs: vec![],
-            },
-        )
-        .expect("hostsubnet");
-        m.set_namespace_egress_ips("a", &[ip("192.168.0.100")])
-            .expect("netnamespace");
+        manual_egress(&mut m, "n2", "a", "192.168.0.100");
         let p = m.pod("a", "a1").cloned().expect("a1");
         let sim = Simulator::from_model(&m, &sets(&m));
         let mut inbound = Packet::l4(2, [2, 0, 0, 0, 0, 1], OUTSIDE, p.ip, 6, 8080);
