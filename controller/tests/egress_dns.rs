@@ -6,74 +6,11 @@
 
 mod support;
 
-use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_resolver::proto::rr::rdata::A;
-use hickory_resolver::proto::rr::{RData, Record, RecordType};
+use flowmesh_tests::dns::DnsServer;
 use proto::admin as pa;
-use std::collections::HashMap;
-use std::net::{Ipv4Addr, UdpSocket};
-use std::sync::{Arc, Mutex};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 use support::{sandbox, wait_for, wait_synced, Controller};
-
-/// What the test server answers: name (lowercase, no trailing dot) → (addresses, TTL);
-/// `silent` drops every query (a dead server).
-#[derive(Default)]
-struct Zone {
-    records: HashMap<String, (Vec<Ipv4Addr>, u32)>,
-    silent: bool,
-}
-
-fn serve(sock: UdpSocket, zone: Arc<Mutex<Zone>>) {
-    let mut buf = [0u8; 1500];
-    loop {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            return;
-        };
-        let Ok(q) = Message::from_vec(&buf[..n]) else {
-            continue;
-        };
-        let z = zone.lock().expect("zone");
-        if z.silent {
-            continue;
-        }
-        let mut r = Message::new();
-        r.set_id(q.id())
-            .set_message_type(MessageType::Response)
-            .set_op_code(OpCode::Query)
-            .set_authoritative(true)
-            .set_recursion_desired(q.recursion_desired());
-        let mut code = ResponseCode::NoError;
-        for query in q.queries() {
-            r.add_query(query.clone());
-            let name = query.name().to_ascii().trim_end_matches('.').to_lowercase();
-            match z.records.get(&name) {
-                Some((addrs, ttl)) if query.query_type() == RecordType::A => {
-                    for a in addrs {
-                        r.add_answer(Record::from_rdata(
-                            query.name().clone(),
-                            *ttl,
-                            RData::A(A(*a)),
-                        ));
-                    }
-                }
-                Some(_) => {}
-                None => code = ResponseCode::NXDomain,
-            }
-        }
-        r.set_response_code(code);
-        if let Ok(bytes) = r.to_vec() {
-            let _ = sock.send_to(&bytes, from);
-        }
-    }
-}
-
-fn set(zone: &Arc<Mutex<Zone>>, name: &str, addrs: &[Ipv4Addr], ttl: u32) {
-    zone.lock()
-        .expect("zone")
-        .records
-        .insert(name.into(), (addrs.to_vec(), ttl));
-}
 
 async fn listed(
     admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>,
@@ -108,20 +45,10 @@ fn fw_flows(sbx: &flowmesh_tests::OvsSandbox) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_rule_follows_the_a_record_keeps_it_on_failure_and_across_restart() {
-    let sock = UdpSocket::bind("127.0.0.1:0").expect("udp");
-    let dns = sock.local_addr().expect("addr");
-    let zone = Arc::new(Mutex::new(Zone::default()));
+    let zone = DnsServer::start(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).expect("dns");
+    let dns = zone.addr;
     let ttl = 2u32;
-    set(
-        &zone,
-        "web.example.test",
-        &[Ipv4Addr::new(192, 0, 2, 10)],
-        ttl,
-    );
-    {
-        let z = zone.clone();
-        std::thread::spawn(move || serve(sock, z));
-    }
+    zone.set("web.example.test", &[Ipv4Addr::new(192, 0, 2, 10)], ttl);
     let dir = tempfile::tempdir().expect("tmp");
     let data = dir.path().join("data");
     let dns_arg = dns.to_string();
@@ -197,12 +124,7 @@ async fn dns_rule_follows_the_a_record_keeps_it_on_failure_and_across_restart() 
     );
 
     // The A record changes: within TTL + 1 s the flow follows.
-    set(
-        &zone,
-        "web.example.test",
-        &[Ipv4Addr::new(192, 0, 2, 20)],
-        ttl,
-    );
+    zone.set("web.example.test", &[Ipv4Addr::new(192, 0, 2, 20)], ttl);
     let t0 = Instant::now();
     wait_for(
         "the new address in table 100",
@@ -221,7 +143,7 @@ async fn dns_rule_follows_the_a_record_keeps_it_on_failure_and_across_restart() 
     let flows_before = fw_flows(&sbx);
 
     // The server goes silent: the lookup fails, the address and its flow stay.
-    zone.lock().expect("zone").silent = true;
+    zone.set_silent(true);
     wait_for("the lookup error", Duration::from_secs(20), async || {
         !listed(&mut admin).await.last_error.is_empty()
     })

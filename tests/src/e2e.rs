@@ -550,13 +550,20 @@ impl CniCluster {
     /// Start the lab, the controller with `opts` and the shims, and wait until every switch
     /// is synced (30 s at most).
     pub fn start(opts: &ControllerOptions) -> CniCluster {
+        Self::start_with(|_| opts.clone())
+    }
+
+    /// [`CniCluster::start`] with the controller's options made from the lab once it is up
+    /// (for hosts the controller must know about, e.g. a DNS server on the underlay).
+    pub fn start_with(opts: impl FnOnce(&NetnsLab) -> ControllerOptions) -> CniCluster {
         let lab = NetnsLab::builder()
             .nodes(3)
             .tun0(false)
             .seed_neighbors(true)
             .start()
             .unwrap_or_else(|e| panic!("lab: {e}"));
-        let ctl = LabController::start(&lab, opts).unwrap_or_else(|e| panic!("controller: {e}"));
+        let opts = opts(&lab);
+        let ctl = LabController::start(&lab, &opts).unwrap_or_else(|e| panic!("controller: {e}"));
         let so = ctl.shim_options();
         let shims = (1..=3)
             .map(|i| crate::cni::start_shim(&lab, i, &so).unwrap_or_else(|e| panic!("shim: {e}")))
@@ -587,9 +594,18 @@ impl CniCluster {
             .unwrap_or_else(|e| self.fail(&format!("flowmeshctl {args:?}: {e}")))
     }
 
+    /// `flowmeshctl apply -f` of `yaml` (written to a file of the lab's run directory named
+    /// after `name`).
+    pub fn apply(&self, name: &str, yaml: &str) {
+        let path = self.lab.run_dir().join(format!("{name}.yaml"));
+        std::fs::write(&path, yaml)
+            .unwrap_or_else(|e| self.fail(&format!("write {}: {e}", path.display())));
+        self.ctl(&["apply", "-f", &path.to_string_lossy()]);
+    }
+
     /// Add a pod on node `node` (1-based) through the CNI plugin.
     pub fn add_cni_pod(&self, node: usize, namespace: &str, name: &str) -> crate::cni::CniPod {
         crate::cni::add_pod_via_cni(&self.lab, node, &self.shims[node - 1], namespace, name)
-            .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name}: {e}")))
+            .unwrap_or_else(|e| self.fail(&format!("ADD {namespace}/{name}: {e:?}")))
     }
 }

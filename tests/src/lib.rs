@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod bins;
 pub mod cni;
+pub mod dns;
 pub mod e2e;
 pub mod error;
 pub mod netns;

@@ -523,6 +523,27 @@ impl NetnsLab {
         Ok(())
     }
 
+    /// Adds a host on the underlay outside the cluster: namespace `<id>-<role>` whose `eth0`
+    /// (TX checksum offload off) joins the underlay bridge with `172.31.X.<host>/24`. Hosts 1..=200
+    /// are the nodes' and 254 the controller's. Returns the namespace and the address.
+    pub fn add_underlay_host(&self, role: &str, host: u8) -> Result<(String, Ipv4Addr)> {
+        if host == 0 || host == 255 || host == 254 || usize::from(host) <= self.nodes.len() {
+            return Err(HarnessError::Invalid(format!(
+                "underlay host address .{host} is taken or invalid"
+            )));
+        }
+        check_ifname(role)?;
+        let ns = self.add_netns(role)?;
+        let ul = self.underlay_ns.clone();
+        self.add_veth(&ns, "eth0", &ul, role)?;
+        self.ip(&["-n", &ul, "link", "set", role, "master", "br-ul", "up"])?;
+        let ip = Ipv4Addr::new(172, 31, self.octet, host);
+        self.ip(&["-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+        self.ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        self.tx_offload_off(&ns, "eth0")?;
+        Ok((ns, ip))
+    }
+
     /// Sets node `i`'s integration-bridge controller target.
     pub fn set_controller(&self, i: usize, target: &str) -> Result<()> {
         self.node(i)?.ovs.set_controller(&self.bridge, target)

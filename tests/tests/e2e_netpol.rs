@@ -42,17 +42,6 @@ impl Cluster {
         }
     }
 
-    fn apply(&self, name: &str, yaml: &str) {
-        let path = std::env::temp_dir().join(format!(
-            "flowmesh-e2e-netpol-{}-{name}.yaml",
-            std::process::id()
-        ));
-        std::fs::write(&path, yaml).expect("write manifest");
-        let p = path.to_string_lossy().to_string();
-        self.ctl(&["apply", "-f", &p]);
-        let _ = std::fs::remove_file(&path);
-    }
-
     fn add_pod(&mut self, node: usize, namespace: &str, name: &str, labels: &[&str]) -> CniPod {
         let p = self.add_cni_pod(node, namespace, name);
         let srv = TcpServer::start(&p.ns, p.ip, TCP_PORT, name)
