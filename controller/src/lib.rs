@@ -14,6 +14,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod multicast_api;
 pub mod netpol;
+pub mod openshift;
 pub mod ops;
 pub mod plan;
 pub mod policy_api;

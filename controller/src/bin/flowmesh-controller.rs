@@ -12,6 +12,10 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    /// Print the CustomResourceDefinitions of the network.openshift.io/v1 kinds flowmesh reads
+    /// (what deploy/crds.yaml holds) and exit.
+    #[arg(long)]
+    print_crds: bool,
     /// YAML file with the cluster network config (clusterNetworks, serviceNetwork, mode,
     /// vxlanPort, mtu). Without it the stored config, or the embedded default, is used.
     #[arg(long, env = "FLOWMESH_CONFIG")]
@@ -153,6 +157,18 @@ fn flowmesh_controller_dns(args: &Args) -> Result<controller::egress_dns::DnsCon
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.print_crds {
+        return match controller::openshift::crds_yaml() {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("flowmesh-controller: cannot write the CRDs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_logging(&args);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

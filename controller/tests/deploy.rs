@@ -1,0 +1,142 @@
+//! `deploy/`: the CRDs there are exactly what `controller::openshift` generates (regenerate with
+//! `FLOWMESH_BLESS=1 cargo test -p controller --test deploy`, or
+//! `flowmesh-controller --print-crds > deploy/crds.yaml`), and every YAML document in `deploy/`
+//! parses as its typed Kubernetes object with no unknown field. The OpenShift types read what
+//! OpenShift writes and write what it reads.
+
+use std::path::{Path, PathBuf};
+
+use controller::openshift::{self, HostSubnet, NetNamespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Deserialize;
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+#[test]
+fn checked_in_crds_equal_the_generated_ones() {
+    let want = openshift::crds_yaml().expect("CRDs serialize");
+    let path = deploy_dir().join("crds.yaml");
+    if std::env::var_os("FLOWMESH_BLESS").is_some() {
+        std::fs::write(&path, &want).expect("write deploy/crds.yaml");
+    }
+    let have = std::fs::read_to_string(&path).expect("read deploy/crds.yaml");
+    assert!(
+        have == want,
+        "deploy/crds.yaml differs from what the types generate; regenerate it with \
+         FLOWMESH_BLESS=1 cargo test -p controller --test deploy"
+    );
+    let crds = openshift::crds();
+    let names: Vec<_> = crds
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "clusternetworks.network.openshift.io",
+            "hostsubnets.network.openshift.io",
+            "netnamespaces.network.openshift.io",
+            "egressnetworkpolicies.network.openshift.io",
+        ]
+    );
+    let hs = &crds[1].spec.versions[0];
+    let props = hs
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .expect("HostSubnet schema properties");
+    for f in [
+        "host",
+        "hostIP",
+        "subnet",
+        "egressIPs",
+        "egressCIDRs",
+        "metadata",
+    ] {
+        assert!(
+            props.contains_key(f),
+            "HostSubnet schema lacks {f}: {props:?}"
+        );
+    }
+    assert_eq!(crds[3].spec.scope, "Namespaced");
+    assert_eq!(crds[0].spec.scope, "Cluster");
+}
+
+/// Deserializes `doc` as `T`, failing on any field `T` does not know.
+fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, String> {
+    let mut unknown = Vec::new();
+    let v = serde_ignored::deserialize(doc, |p| unknown.push(p.to_string()))
+        .map_err(|e| e.to_string())?;
+    if unknown.is_empty() {
+        Ok(v)
+    } else {
+        Err(format!("unknown fields {unknown:?}"))
+    }
+}
+
+#[test]
+fn every_deploy_yaml_parses_as_its_typed_object() {
+    let mut checked = 0;
+    let mut files: Vec<_> = std::fs::read_dir(deploy_dir())
+        .expect("deploy/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let what = format!("{} document {}", f.display(), i + 1);
+            let doc = serde_yaml::Value::deserialize(de).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kind = doc
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let r = match kind.as_str() {
+                "CustomResourceDefinition" => strict::<CustomResourceDefinition>(doc).map(drop),
+                other => Err(format!("no typed check for kind {other:?}")),
+            };
+            if let Err(e) = r {
+                panic!("{what}: {e}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "only {checked} documents checked");
+}
+
+#[test]
+fn openshift_objects_read_and_write_their_api_shape() {
+    // What `oc get hostsubnet node1 -o yaml` prints (trimmed).
+    let hs: HostSubnet = serde_yaml::from_str(
+        "apiVersion: network.openshift.io/v1\nkind: HostSubnet\nmetadata:\n  name: node1\n  \
+         resourceVersion: \"42\"\n  uid: 7d1c\nhost: node1\nhostIP: 10.0.0.1\n\
+         subnet: 10.128.0.0/23\negressIPs: [10.0.0.50]\negressCIDRs: [10.0.0.0/24]\n",
+    )
+    .expect("HostSubnet parses");
+    assert_eq!(hs.host_ip, "10.0.0.1");
+    assert_eq!(hs.metadata.resource_version.as_deref(), Some("42"));
+    assert_eq!(hs.egress_cidrs, Some(vec!["10.0.0.0/24".to_string()]));
+    let back = serde_json::to_value(&hs).expect("serialize");
+    assert_eq!(back["apiVersion"], "network.openshift.io/v1");
+    assert_eq!(back["kind"], "HostSubnet");
+    assert_eq!(back["hostIP"], "10.0.0.1");
+    assert_eq!(back["egressIPs"][0], "10.0.0.50");
+
+    // Without apiVersion/kind (as kube hands a typed list item), they are filled in.
+    let ns: NetNamespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shop"}, "netname": "shop", "netid": 4242
+    }))
+    .expect("NetNamespace parses");
+    let v = serde_json::to_value(&ns).expect("serialize");
+    assert_eq!(v["kind"], "NetNamespace");
+    assert_eq!(v["netid"], 4242);
+    assert!(v.get("egressIPs").is_none(), "{v}");
+    use kube::Resource;
+    assert_eq!(HostSubnet::plural(&()), "hostsubnets");
+    assert_eq!(NetNamespace::api_version(&()), "network.openshift.io/v1");
+}
