@@ -50,36 +50,10 @@ pub struct ObjectMeta {
     pub namespace: Option<String>,
 }
 
-/// `spec`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct EgressNetworkPolicySpec {
-    /// `egress`: the rules, in order.
-    #[serde(default)]
-    pub egress: Vec<EgressNetworkPolicyRule>,
-}
-
-/// `spec.egress[]`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct EgressNetworkPolicyRule {
-    /// `Allow` or `Deny`.
-    #[serde(rename = "type", default)]
-    pub rule_type: String,
-    /// The destination.
-    #[serde(default)]
-    pub to: EgressNetworkPolicyPeer,
-}
-
-/// `spec.egress[].to`: exactly one of the two.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EgressNetworkPolicyPeer {
-    /// An IPv4 CIDR.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cidr_selector: Option<String>,
-    /// A DNS name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dns_name: Option<String>,
-}
+// The spec, rule and destination are the API types of `crate::openshift`.
+pub use crate::openshift::{
+    EgressNetworkPolicyPeer, EgressNetworkPolicyRule, EgressNetworkPolicySpec,
+};
 
 /// `status` (flowmesh's own, output only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -77,6 +77,8 @@ async fn dns_rule_follows_the_a_record_keeps_it_on_failure_and_across_restart() 
         })
         .await
         .expect("ns");
+    // Attach refuses a pod while its node's switch is still connecting.
+    wait_synced(&mut admin, &["node-1"]).await;
     admin
         .attach_pod(pa::AttachPodRequest {
             node: "node-1".into(),
