@@ -79,6 +79,7 @@ impl Effects {
 type Finish = Box<dyn FnOnce(Result<(), ApiError>) + Send>;
 type MutateFn = Box<dyn FnOnce(&mut ClusterModel) -> Option<(Effects, Finish)> + Send>;
 type ReadFn = Box<dyn FnOnce(&mut Core) + Send>;
+type Reject = Box<dyn FnOnce(ApiError) + Send>;
 
 /// A batch of records to make durable, and who waits for it.
 struct WriteJob {
@@ -92,6 +93,10 @@ enum WriterCmd {
     Write(WriteJob),
     /// The core relisted after a failed write: writes are accepted again.
     Resynced,
+}
+
+fn lock_slot<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Revisions shared by the core and the store writer.
@@ -164,6 +169,8 @@ async fn store_writer(
             StoreError::Conflict { .. } => ApiError::Aborted(format!(
                 "the change was not stored: {e}; another controller replica changed the same objects; retry"
             )),
+            // With a shared store a timed-out write may still commit: the message says so.
+            e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
             e => ApiError::Unavailable(format!("the change was not stored: {e}")),
         });
         if r.is_err() {
@@ -172,7 +179,11 @@ async fn store_writer(
                 // every write queued meanwhile is refused (it was built on the same model).
                 tracing::error!("storing changes failed; relisting the store");
                 revisions(&revs).draining = true;
-                let _ = core.send(CoreCmd::Relist);
+                let down = match &r {
+                    Err(ApiError::Unavailable(m)) => Some(m.clone()),
+                    _ => None,
+                };
+                let _ = core.send(CoreCmd::Relist(down));
             } else {
                 // Nothing of this batch was acknowledged; the core reloads what is stored.
                 tracing::error!("storing changes failed; reloading state from the store");
@@ -248,14 +259,16 @@ fn released_event(released: Vec<(crate::state::Revision, Change)>) -> Vec<WatchE
 
 enum CoreCmd {
     Reload,
-    /// Ask the store's watch for a fresh listing (after a failed write).
-    Relist,
+    /// Ask the store's watch for a fresh listing (after a failed write; with why the store
+    /// is unavailable, if it is).
+    Relist(Option<String>),
     /// Changes from the store (already admitted by the revision table when `Vec` came from
     /// the writer; otherwise checked here).
     Store(Vec<WatchEvent>),
     /// An event from the store's watch.
     Watched(WatchEvent),
-    Mutate(MutateFn),
+    /// A mutation, and how to refuse it without running it (while the store is re-read).
+    Mutate(MutateFn, Option<Reject>),
     Read(ReadFn),
     SwitchUp {
         conn_id: u64,
@@ -299,6 +312,10 @@ pub struct Core {
     relist: Option<mpsc::UnboundedSender<()>>,
     /// With a watched (shared) store: flows wait for their store write here.
     dispatch: Option<mpsc::UnboundedSender<Dispatch>>,
+    /// A failed write asked for a relist that has not arrived yet.
+    resyncing: bool,
+    /// Internal mutations held back while resyncing.
+    after_resync: Vec<(MutateFn, Option<Reject>)>,
     /// The store's health as its watch last reported it (true without a watch).
     pub store_ok: bool,
     /// What the store's watch last said about its health.
@@ -588,6 +605,8 @@ impl Core {
             revs,
             relist,
             dispatch,
+            resyncing: false,
+            after_resync: Vec::new(),
             store_ok: true,
             store_detail: String::new(),
             reconcilers: HashMap::new(),
@@ -634,8 +653,17 @@ impl Core {
         while let Some(cmd) = rx.recv().await {
             match cmd {
                 CoreCmd::Reload => self.reload(),
-                CoreCmd::Relist => match &self.relist {
+                CoreCmd::Relist(down) => match self.relist.clone() {
                     Some(r) => {
+                        // Until the listing is back the model may hold the failed change:
+                        // mutations are refused (see `mutate`).
+                        self.resyncing = true;
+                        if let Some(why) = down {
+                            self.store_ok = false;
+                            self.store_detail = why.clone();
+                            revisions(&self.revs).store_down = Some(why);
+                            self.refuse_waiting();
+                        }
                         let _ = r.send(());
                     }
                     None => self.reload(),
@@ -646,7 +674,7 @@ impl Core {
                     }
                 }
                 CoreCmd::Watched(e) => self.store_event(e, false),
-                CoreCmd::Mutate(f) => self.mutate(f),
+                CoreCmd::Mutate(f, reject) => self.mutate_or_refuse(f, reject),
                 CoreCmd::Read(f) => f(&mut self),
                 CoreCmd::SwitchUp {
                     conn_id,
@@ -723,8 +751,32 @@ impl Core {
                     "store relisted"
                 );
                 revisions(&self.revs).relisted(&listing);
-                self.apply_store_changes(&todo);
+                if self.resyncing {
+                    // After a failed write the flows of the mutations built on it were held
+                    // back, and one whose outcome was unknown may have been committed after
+                    // all: every node's flows are recomputed (the reconcilers send only what
+                    // differs from the switches).
+                    self.apply_store_changes_affecting(&todo, Affected::all());
+                } else {
+                    self.apply_store_changes(&todo);
+                }
+                self.resyncing = false;
+                // Writes queued before this point were built on the model before the relist:
+                // the writer refuses them; what comes after is accepted again.
                 let _ = self.writer.send(WriterCmd::Resynced);
+                for (f, _) in std::mem::take(&mut self.after_resync) {
+                    self.mutate(f);
+                }
+                if !self.store_ok {
+                    self.publish(Event::now(
+                        "StoreAvailable",
+                        format!("store/{}", self.store.name()),
+                        "the store is reachable again",
+                    ));
+                }
+                self.store_ok = true;
+                self.store_detail.clear();
+                revisions(&self.revs).store_down = None;
             }
             WatchEvent::Health { ok, detail } => {
                 if ok != self.store_ok {
@@ -741,12 +793,18 @@ impl Core {
                 revisions(&self.revs).store_down = if ok { None } else { Some(detail.clone()) };
                 self.store_ok = ok;
                 self.store_detail = detail;
+                if !ok {
+                    self.refuse_waiting();
+                }
             }
         }
     }
 
     fn apply_store_changes(&mut self, changes: &[Change]) {
-        let mut affected = Affected::none();
+        self.apply_store_changes_affecting(changes, Affected::none());
+    }
+
+    fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
         for c in changes {
             match crate::store_sync::apply_change(&mut self.model, c) {
                 Ok(a) => affected.merge(a),
@@ -791,6 +849,39 @@ impl Core {
     fn publish(&self, e: Event) {
         tracing::info!(kind = %e.kind, object = %e.object, "{}", e.message);
         let _ = self.events.send(e);
+    }
+
+    /// Run a mutation, or refuse it while the store is re-read after a failed write (the
+    /// model may still hold that change). Internal mutations (no `reject`) wait for the
+    /// relist.
+    fn mutate_or_refuse(&mut self, f: MutateFn, reject: Option<Reject>) {
+        if self.resyncing {
+            match reject {
+                // The store is reachable: the listing is a moment away; run it after.
+                Some(r) if !self.store_ok => r(self.store_unavailable()),
+                r => self.after_resync.push((f, r)),
+            }
+            return;
+        }
+        self.mutate(f);
+    }
+
+    fn store_unavailable(&self) -> ApiError {
+        ApiError::Unavailable(format!(
+            "the change was not stored: the store is unavailable ({}); switches keep their flows; retry when it is back",
+            self.store_detail
+        ))
+    }
+
+    /// The store went down while mutations waited for a relist: refuse the API's ones.
+    fn refuse_waiting(&mut self) {
+        let waiting = std::mem::take(&mut self.after_resync);
+        for (f, r) in waiting {
+            match r {
+                Some(r) => r(self.store_unavailable()),
+                None => self.after_resync.push((f, None)),
+            }
+        }
     }
 
     fn mutate(&mut self, f: MutateFn) {
@@ -1042,7 +1133,7 @@ impl Core {
     /// online again once its switch is back. Affected switches are reprogrammed at once.
     fn node_liveness(&mut self, node: &str, online: bool) {
         let node = node.to_string();
-        self.mutate(Box::new(move |m: &mut ClusterModel| {
+        self.mutate_or_refuse(Box::new(move |m: &mut ClusterModel| {
             let affected = m.set_node_online(&node, online);
             if affected.is_empty() {
                 return None;
@@ -1075,7 +1166,7 @@ impl Core {
                 },
                 finish,
             ))
-        }));
+        }), None);
     }
 
     /// At the end of the start-up grace: nodes whose switch never connected are offline.
@@ -1150,20 +1241,30 @@ impl CoreHandle {
         f: impl FnOnce(&mut ClusterModel) -> Result<(T, Effects), ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel::<Result<T, ApiError>>();
-        let cmd: MutateFn = Box::new(move |model: &mut ClusterModel| match f(model) {
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                None
+        let slot = Arc::new(std::sync::Mutex::new(Some(tx)));
+        let slot2 = slot.clone();
+        let cmd: MutateFn = Box::new(move |model: &mut ClusterModel| {
+            let tx = lock_slot(&slot).take()?;
+            match f(model) {
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    None
+                }
+                Ok((value, effects)) => {
+                    let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
+                        let _ = tx.send(r.map(|()| value));
+                    });
+                    Some((effects, finish))
+                }
             }
-            Ok((value, effects)) => {
-                let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
-                    let _ = tx.send(r.map(|()| value));
-                });
-                Some((effects, finish))
+        });
+        let reject: Reject = Box::new(move |e: ApiError| {
+            if let Some(t) = lock_slot(&slot2).take() {
+                let _ = t.send(Err(e));
             }
         });
         self.tx
-            .send(CoreCmd::Mutate(cmd))
+            .send(CoreCmd::Mutate(cmd, Some(reject)))
             .map_err(|_| ApiError::Unavailable("the controller is shutting down".into()))?;
         rx.await
             .map_err(|_| ApiError::Internal("the controller core stopped".into()))?

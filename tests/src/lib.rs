@@ -14,6 +14,7 @@ pub mod bins;
 pub mod cni;
 pub mod e2e;
 pub mod error;
+pub mod etcd;
 pub mod netns;
 pub mod of_listener;
 pub mod ovs;
@@ -25,6 +26,7 @@ pub mod tcp;
 pub mod trace;
 
 pub use error::{HarnessError, Result};
+pub use etcd::EtcdCluster;
 pub use netns::{LabBuilder, LabNode, NetnsLab, Pod};
 pub use of_listener::OfHandshakeListener;
 pub use ovs::{DatapathMode, OvsInstance};

@@ -86,11 +86,31 @@ impl Drop for EtcdStore {
 
 fn unavailable(cfg: &EtcdConfig, e: etcd_client::Error) -> StoreError {
     let text = e.to_string();
-    let hint = if text.contains("no leader")
-        || text.contains("timed out")
-        || text.contains("deadline")
+    let lower = text.to_lowercase();
+    if ["timed out", "timeout", "deadline"]
+        .iter()
+        .any(|w| lower.contains(w))
     {
-        " (the etcd cluster has no quorum or no leader; switches keep their flows, retry when it is back)"
+        // A write etcd did not answer in time may still commit (when quorum returns): the
+        // outcome is unknown, and the core re-reads etcd to follow whatever happened.
+        return StoreError::Unavailable(format!(
+            "etcd {} did not answer within {}s ({text}): it has no quorum or is unreachable; a change in flight is applied only if etcd committed it (the controller re-reads etcd); switches keep their flows; retry when it is back",
+            cfg.endpoints.join(","),
+            cfg.request_timeout.as_secs()
+        ));
+    }
+    let hint = if [
+        "no leader",
+        "timed out",
+        "timeout",
+        "deadline",
+        "unavailable",
+        "connect",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+    {
+        " (etcd unreachable, or the cluster has no quorum or no leader; switches keep their flows; retry when it is back)"
     } else {
         ""
     };
@@ -405,9 +425,9 @@ async fn watch_loop(
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) => {
-                    if !health(&mut healthy, false, unavailable(&cfg, e).to_string()) {
-                        return;
-                    }
+                    // Often one member went away: watch again (through another member)
+                    // before calling the store unavailable.
+                    tracing::debug!(error = %e, "etcd watch stream ended");
                     break;
                 }
             };
