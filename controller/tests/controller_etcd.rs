@@ -548,3 +548,46 @@ async fn etcd_backend_guards_writes_watches_and_relists_after_compaction() {
         .await
         .expect("drop");
 }
+
+/// Bad datastore flags stop the controller at once with a message naming the flag.
+#[test]
+fn bad_datastore_flags_are_refused_clearly() {
+    for (args, want) in [
+        (vec!["--datastore", "etcd"], "--etcd-endpoints"),
+        (
+            vec!["--datastore", "etcd", "--etcd-endpoints", "127.0.0.1:2379"],
+            "http:// or https://",
+        ),
+        (
+            vec!["--etcd-endpoints", "http://127.0.0.1:2379"],
+            "--datastore etcd",
+        ),
+        (
+            vec![
+                "--datastore",
+                "etcd",
+                "--etcd-endpoints",
+                "http://127.0.0.1:2379",
+                "--etcd-prefix",
+                "flowmesh",
+            ],
+            "must start with /",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+            .args(&args)
+            .args([
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--openflow-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run flowmesh-controller");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
