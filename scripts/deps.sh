@@ -2,7 +2,10 @@
 # Installs the Debian packages flowmesh's tests and demo need, when they are missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
-pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping ethtool nftables procps python3-grpcio)
+# protobuf-compiler + libprotobuf-dev: the etcd-client crate compiles etcd's protos at build time;
+# etcd-server: the etcd datastore tests run a real 3-member cluster.
+pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping ethtool nftables procps python3-grpcio
+    protobuf-compiler libprotobuf-dev etcd-server)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

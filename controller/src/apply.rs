@@ -98,6 +98,7 @@ fn prefix(what: &str, e: ApiError) -> ApiError {
         ApiError::Exhausted(s) => ApiError::Exhausted(format!("{what}: {s}")),
         ApiError::Unavailable(s) => ApiError::Unavailable(format!("{what}: {s}")),
         ApiError::Internal(s) => ApiError::Internal(format!("{what}: {s}")),
+        ApiError::Aborted(s) => ApiError::Aborted(format!("{what}: {s}")),
     }
 }
 

@@ -9,7 +9,10 @@ use crate::error::ApiError;
 use crate::link::SwitchLink;
 use crate::metrics::Metrics;
 use crate::reconciler::{Ack, ReconcileCmd, Reconciler, ReconcilerHandle, SwitchStatus};
-use crate::state::{Change, CursorsRecord, Record, RecordKey, StateBackend};
+use crate::state::{
+    Change, CursorsRecord, Guarded, Record, RecordKey, StateBackend, StoreError, WatchEvent,
+};
+use crate::store_sync::Revisions;
 use ofproto::{Flow, Match};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -76,6 +79,7 @@ impl Effects {
 type Finish = Box<dyn FnOnce(Result<(), ApiError>) + Send>;
 type MutateFn = Box<dyn FnOnce(&mut ClusterModel) -> Option<(Effects, Finish)> + Send>;
 type ReadFn = Box<dyn FnOnce(&mut Core) + Send>;
+type Reject = Box<dyn FnOnce(ApiError) + Send>;
 
 /// A batch of records to make durable, and who waits for it.
 struct WriteJob {
@@ -83,39 +87,108 @@ struct WriteJob {
     done: oneshot::Sender<Result<(), ApiError>>,
 }
 
+/// What the store writer is asked to do.
+enum WriterCmd {
+    /// Store a batch.
+    Write(WriteJob),
+    /// The core relisted after a failed write: writes are accepted again.
+    Resynced,
+}
+
+fn lock_slot<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Revisions shared by the core and the store writer.
+type SharedRevisions = Arc<std::sync::Mutex<Revisions>>;
+
+fn revisions(r: &SharedRevisions) -> std::sync::MutexGuard<'_, Revisions> {
+    // A panic elsewhere while holding the lock leaves plain data: keep using it.
+    r.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The store writer: group-commits every job queued while the previous commit ran, so
 /// durability costs one sync per batch rather than per change, and runs beside the switch
 /// programming instead of before it.
 async fn store_writer(
     store: Arc<dyn StateBackend>,
-    mut rx: mpsc::UnboundedReceiver<WriteJob>,
+    mut rx: mpsc::UnboundedReceiver<WriterCmd>,
     core: mpsc::UnboundedSender<CoreCmd>,
+    revs: SharedRevisions,
+    watched: bool,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        while let Ok(j) = rx.try_recv() {
-            jobs.push(j);
+        let mut jobs = Vec::new();
+        let mut next = Some(first);
+        while let Some(cmd) = next.take().or_else(|| rx.try_recv().ok()) {
+            match cmd {
+                WriterCmd::Write(j) => jobs.push(j),
+                WriterCmd::Resynced => {
+                    // Jobs before the marker were built on the model before the relist.
+                    fail_draining(&revs, std::mem::take(&mut jobs));
+                    revisions(&revs).draining = false;
+                }
+            }
+        }
+        if jobs.is_empty() {
+            continue;
+        }
+        if revisions(&revs).draining {
+            fail_draining(&revs, jobs);
+            continue;
         }
         let changes: Vec<Change> = jobs
             .iter()
             .flat_map(|j| j.changes.iter().cloned())
             .collect();
+        let guarded: Vec<Guarded> = {
+            let r = revisions(&revs);
+            changes
+                .iter()
+                .map(|c| Guarded {
+                    expected: r.expected(&c.key()),
+                    change: c.clone(),
+                })
+                .collect()
+        };
         let st = store.clone();
         let t = std::time::Instant::now();
-        let result = tokio::task::spawn_blocking(move || st.apply(&changes))
+        let result = tokio::task::spawn_blocking(move || st.apply_guarded(&guarded))
             .await
-            .unwrap_or_else(|e| Err(crate::state::StoreError::Transaction(e.to_string())));
+            .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
         tracing::debug!(
             jobs = jobs.len(),
             micros = t.elapsed().as_micros() as u64,
             "state stored"
         );
-        let r =
-            result.map_err(|e| ApiError::Unavailable(format!("the change was not stored: {e}")));
+        let released = revisions(&revs).end(&changes, result.as_ref().ok().copied());
+        if !released.is_empty() {
+            let _ = core.send(CoreCmd::Store(released_event(released)));
+        }
+        let r = result.map(|_| ()).map_err(|e| match e {
+            StoreError::Conflict { .. } => ApiError::Aborted(format!(
+                "the change was not stored: {e}; another controller replica changed the same objects; retry"
+            )),
+            // With a shared store a timed-out write may still commit: the message says so.
+            e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
+            e => ApiError::Unavailable(format!("the change was not stored: {e}")),
+        });
         if r.is_err() {
-            // Nothing of this batch was acknowledged; the core reloads what is stored.
-            tracing::error!("storing changes failed; reloading state from the store");
-            let _ = core.send(CoreCmd::Reload);
+            if watched {
+                // Nothing of this batch was acknowledged; the core relists what is stored and
+                // every write queued meanwhile is refused (it was built on the same model).
+                tracing::error!("storing changes failed; relisting the store");
+                revisions(&revs).draining = true;
+                let down = match &r {
+                    Err(ApiError::Unavailable(m)) => Some(m.clone()),
+                    _ => None,
+                };
+                let _ = core.send(CoreCmd::Relist(down));
+            } else {
+                // Nothing of this batch was acknowledged; the core reloads what is stored.
+                tracing::error!("storing changes failed; reloading state from the store");
+                let _ = core.send(CoreCmd::Reload);
+            }
         }
         for j in jobs {
             let _ = j.done.send(r.clone());
@@ -123,9 +196,79 @@ async fn store_writer(
     }
 }
 
+/// Flows to send once a write is stored (shared stores only).
+struct Dispatch {
+    /// The store write to wait for (None: send at once, in order).
+    write: Option<oneshot::Receiver<Result<(), ApiError>>>,
+    /// What to send to which reconciler.
+    sends: Vec<(ReconcilerHandle, FlowSet, Option<Ack>)>,
+    /// Who learns the write's result.
+    result: Option<oneshot::Sender<Result<(), ApiError>>>,
+}
+
+/// Sends flows in mutation order, each batch after its store write succeeded.
+async fn dispatcher(mut rx: mpsc::UnboundedReceiver<Dispatch>) {
+    while let Some(d) = rx.recv().await {
+        let r = match d.write {
+            Some(w) => w
+                .await
+                .unwrap_or_else(|_| Err(ApiError::Unavailable("the store writer stopped".into()))),
+            None => Ok(()),
+        };
+        if r.is_ok() {
+            for (h, flows, ack) in d.sends {
+                let _ = h.tx.send(ReconcileCmd::Desired { flows, ack });
+            }
+        }
+        if let Some(t) = d.result {
+            let _ = t.send(r);
+        }
+    }
+}
+
+/// Refuse jobs queued on a model that a failed write made stale.
+fn fail_draining(revs: &SharedRevisions, jobs: Vec<WriteJob>) {
+    for j in jobs {
+        let down = {
+            let mut r = revisions(revs);
+            r.end(&j.changes, None);
+            r.store_down.clone()
+        };
+        let _ = j.done.send(Err(match down {
+            Some(why) => ApiError::Unavailable(format!(
+                "the change was not stored: the store is unavailable ({why}); retry when it is back"
+            )),
+            None => ApiError::Aborted(
+                "the change was not stored: an earlier change failed and the controller is re-reading the store; retry".into(),
+            ),
+        }));
+    }
+}
+
+/// Watched changes released after a local write, as one event per revision.
+fn released_event(released: Vec<(crate::state::Revision, Change)>) -> Vec<WatchEvent> {
+    let mut by_rev: BTreeMap<crate::state::Revision, Vec<Change>> = BTreeMap::new();
+    for (r, c) in released {
+        by_rev.entry(r).or_default().push(c);
+    }
+    by_rev
+        .into_iter()
+        .map(|(revision, changes)| WatchEvent::Changes { revision, changes })
+        .collect()
+}
+
 enum CoreCmd {
     Reload,
-    Mutate(MutateFn),
+    /// Ask the store's watch for a fresh listing (after a failed write; with why the store
+    /// is unavailable, if it is).
+    Relist(Option<String>),
+    /// Changes from the store (already admitted by the revision table when `Vec` came from
+    /// the writer; otherwise checked here).
+    Store(Vec<WatchEvent>),
+    /// An event from the store's watch.
+    Watched(WatchEvent),
+    /// A mutation, and how to refuse it without running it (while the store is re-read).
+    Mutate(MutateFn, Option<Reject>),
     Read(ReadFn),
     SwitchUp {
         conn_id: u64,
@@ -163,7 +306,20 @@ pub struct Core {
     pub model: ClusterModel,
     pipeline: Pipeline,
     store: Arc<dyn StateBackend>,
-    writer: mpsc::UnboundedSender<WriteJob>,
+    writer: mpsc::UnboundedSender<WriterCmd>,
+    revs: SharedRevisions,
+    /// Asks the store's watch to relist (None: the store has no watch).
+    relist: Option<mpsc::UnboundedSender<()>>,
+    /// With a watched (shared) store: flows wait for their store write here.
+    dispatch: Option<mpsc::UnboundedSender<Dispatch>>,
+    /// A failed write asked for a relist that has not arrived yet.
+    resyncing: bool,
+    /// Internal mutations held back while resyncing.
+    after_resync: Vec<(MutateFn, Option<Reject>)>,
+    /// The store's health as its watch last reported it (true without a watch).
+    pub store_ok: bool,
+    /// What the store's watch last said about its health.
+    pub store_detail: String,
     reconcilers: HashMap<String, ReconcilerHandle>,
     unknown: HashMap<u64, ReconcilerHandle>,
     connected: HashMap<u64, (u64, Arc<dyn SwitchLink>)>,
@@ -193,6 +349,15 @@ pub fn load_model(
     let records = store
         .load()
         .map_err(|e| ApiError::Unavailable(format!("loading state: {e}")))?;
+    load_model_from(records, config)
+}
+
+/// Build the model from a store's records (or from `config` when there are none): the model
+/// and the records to store so the store matches it (a new config, the default namespace).
+pub fn load_model_from(
+    records: Vec<Record>,
+    config: Option<&ClusterNetworkConfig>,
+) -> Result<(ClusterModel, Vec<Change>), ApiError> {
     let mut snap = ModelSnapshot {
         config: config.cloned().unwrap_or_else(default_config),
         nodes: Vec::new(),
@@ -371,22 +536,79 @@ pub fn unknown_datapath_flows() -> FlowSet {
 }
 
 impl Core {
-    /// Start the core task on a loaded model.
+    /// Start the core task on a loaded model (the store is listed again for its revisions).
     pub fn spawn(
         model: ClusterModel,
         store: Arc<dyn StateBackend>,
         cfg: CoreConfig,
         metrics: Arc<Metrics>,
     ) -> Result<CoreHandle, ApiError> {
+        let listing = store
+            .list()
+            .map_err(|e| ApiError::Unavailable(format!("loading state: {e}")))?;
+        Self::spawn_watched(model, store, Some(listing), cfg, metrics)
+    }
+
+    /// Start the core task on a model loaded from `listing` (its revisions guard the writes),
+    /// and follow the store's watch from the listing's revision: changes other replicas write
+    /// are applied to the model and pushed to the switches they affect.
+    pub fn spawn_watched(
+        model: ClusterModel,
+        store: Arc<dyn StateBackend>,
+        listing: Option<crate::state::Listing>,
+        cfg: CoreConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<CoreHandle, ApiError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let (writer, writer_rx) = mpsc::unbounded_channel();
-        tokio::spawn(store_writer(store.clone(), writer_rx, tx.clone()));
+        let revs: SharedRevisions = Arc::default();
+        let watch = match &listing {
+            Some(l) => {
+                revisions(&revs).relisted(l);
+                store.watch(l.revision)
+            }
+            None => None,
+        };
+        let relist = match watch {
+            Some(w) => {
+                let mut events_rx = w.events;
+                let to_core = tx.clone();
+                tokio::spawn(async move {
+                    while let Some(e) = events_rx.recv().await {
+                        if to_core.send(CoreCmd::Watched(e)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                Some(w.relist)
+            }
+            None => None,
+        };
+        tokio::spawn(store_writer(
+            store.clone(),
+            writer_rx,
+            tx.clone(),
+            revs.clone(),
+            relist.is_some(),
+        ));
+        let dispatch = relist.as_ref().map(|_| {
+            let (dtx, drx) = mpsc::unbounded_channel();
+            tokio::spawn(dispatcher(drx));
+            dtx
+        });
         let mut core = Core {
             model,
             pipeline: Pipeline::new(),
             store,
             writer,
+            revs,
+            relist,
+            dispatch,
+            resyncing: false,
+            after_resync: Vec::new(),
+            store_ok: true,
+            store_detail: String::new(),
             reconcilers: HashMap::new(),
             unknown: HashMap::new(),
             connected: HashMap::new(),
@@ -431,7 +653,28 @@ impl Core {
         while let Some(cmd) = rx.recv().await {
             match cmd {
                 CoreCmd::Reload => self.reload(),
-                CoreCmd::Mutate(f) => self.mutate(f),
+                CoreCmd::Relist(down) => match self.relist.clone() {
+                    Some(r) => {
+                        // Until the listing is back the model may hold the failed change:
+                        // mutations are refused (see `mutate`).
+                        self.resyncing = true;
+                        if let Some(why) = down {
+                            self.store_ok = false;
+                            self.store_detail = why.clone();
+                            revisions(&self.revs).store_down = Some(why);
+                            self.refuse_waiting();
+                        }
+                        let _ = r.send(());
+                    }
+                    None => self.reload(),
+                },
+                CoreCmd::Store(evs) => {
+                    for e in evs {
+                        self.store_event(e, true);
+                    }
+                }
+                CoreCmd::Watched(e) => self.store_event(e, false),
+                CoreCmd::Mutate(f, reject) => self.mutate_or_refuse(f, reject),
                 CoreCmd::Read(f) => f(&mut self),
                 CoreCmd::SwitchUp {
                     conn_id,
@@ -445,8 +688,17 @@ impl Core {
 
     /// Rebuild the model from the store (after a failed write) and resync every switch.
     fn reload(&mut self) {
-        match load_model(self.store.as_ref(), None) {
-            Ok((m, _)) => {
+        let loaded = self
+            .store
+            .list()
+            .map_err(|e| ApiError::Unavailable(format!("loading state: {e}")))
+            .and_then(|l| {
+                let records = l.records.iter().map(|(r, _)| r.clone()).collect();
+                load_model_from(records, None).map(|m| (m, l))
+            });
+        match loaded {
+            Ok(((m, _), listing)) => {
+                revisions(&self.revs).relisted(&listing);
                 self.model = m;
                 self.pipeline = Pipeline::new();
                 if let Ok(all) = self.pipeline.recompute(&self.model, &Affected::all()) {
@@ -464,9 +716,172 @@ impl Core {
         }
     }
 
+    /// A change of the store: apply it to the model like a local mutation (only the nodes it
+    /// affects are recomputed) and push the flows. `admitted`: already checked against the
+    /// revision table.
+    fn store_event(&mut self, e: WatchEvent, admitted: bool) {
+        match e {
+            WatchEvent::Changes { revision, changes } => {
+                let mut todo: Vec<Change> = if admitted {
+                    changes
+                } else {
+                    let mut r = revisions(&self.revs);
+                    changes
+                        .into_iter()
+                        .filter(|c| r.admit(revision, c))
+                        .collect()
+                };
+                if todo.is_empty() {
+                    return;
+                }
+                crate::store_sync::order(&mut todo);
+                tracing::debug!(
+                    revision,
+                    changes = todo.len(),
+                    "store changes from another writer"
+                );
+                self.apply_store_changes(&todo);
+            }
+            WatchEvent::Relisted(listing) => {
+                let todo = crate::store_sync::relist_changes(&self.model, &listing);
+                tracing::info!(
+                    revision = listing.revision,
+                    records = listing.records.len(),
+                    differences = todo.len(),
+                    "store relisted"
+                );
+                revisions(&self.revs).relisted(&listing);
+                if self.resyncing {
+                    // After a failed write the flows of the mutations built on it were held
+                    // back, and one whose outcome was unknown may have been committed after
+                    // all: every node's flows are recomputed (the reconcilers send only what
+                    // differs from the switches).
+                    self.apply_store_changes_affecting(&todo, Affected::all());
+                } else {
+                    self.apply_store_changes(&todo);
+                }
+                self.resyncing = false;
+                // Writes queued before this point were built on the model before the relist:
+                // the writer refuses them; what comes after is accepted again.
+                let _ = self.writer.send(WriterCmd::Resynced);
+                for (f, _) in std::mem::take(&mut self.after_resync) {
+                    self.mutate(f);
+                }
+                if !self.store_ok {
+                    self.publish(Event::now(
+                        "StoreAvailable",
+                        format!("store/{}", self.store.name()),
+                        "the store is reachable again",
+                    ));
+                }
+                self.store_ok = true;
+                self.store_detail.clear();
+                revisions(&self.revs).store_down = None;
+            }
+            WatchEvent::Health { ok, detail } => {
+                if ok != self.store_ok {
+                    self.publish(Event::now(
+                        if ok {
+                            "StoreAvailable"
+                        } else {
+                            "StoreUnavailable"
+                        },
+                        format!("store/{}", self.store.name()),
+                        detail.clone(),
+                    ));
+                }
+                revisions(&self.revs).store_down = if ok { None } else { Some(detail.clone()) };
+                self.store_ok = ok;
+                self.store_detail = detail;
+                if !ok {
+                    self.refuse_waiting();
+                }
+            }
+        }
+    }
+
+    fn apply_store_changes(&mut self, changes: &[Change]) {
+        self.apply_store_changes_affecting(changes, Affected::none());
+    }
+
+    fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
+        for c in changes {
+            match crate::store_sync::apply_change(&mut self.model, c) {
+                Ok(a) => affected.merge(a),
+                Err(e) => tracing::error!(
+                    key = %c.key().as_string(),
+                    error = %e,
+                    "a stored change does not fit the model; it is left out"
+                ),
+            }
+        }
+        self.firewall_conflicts = self.model.egress_firewall_conflicts();
+        if affected.is_empty() {
+            return;
+        }
+        match self.pipeline.recompute(&self.model, &affected) {
+            Ok(flows) => {
+                self.retire_removed_nodes();
+                let mut sends = Vec::new();
+                for (node, fs) in flows {
+                    let h = self.reconciler_for(&node);
+                    sends.push((h, fs, None));
+                }
+                match &self.dispatch {
+                    Some(q) => {
+                        let _ = q.send(Dispatch {
+                            write: None,
+                            sends,
+                            result: None,
+                        });
+                    }
+                    None => {
+                        for (h, flows, ack) in sends {
+                            let _ = h.tx.send(ReconcileCmd::Desired { flows, ack });
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "computing flows after a store change"),
+        }
+    }
+
     fn publish(&self, e: Event) {
         tracing::info!(kind = %e.kind, object = %e.object, "{}", e.message);
         let _ = self.events.send(e);
+    }
+
+    /// Run a mutation, or refuse it while the store is re-read after a failed write (the
+    /// model may still hold that change). Internal mutations (no `reject`) wait for the
+    /// relist.
+    fn mutate_or_refuse(&mut self, f: MutateFn, reject: Option<Reject>) {
+        if self.resyncing {
+            match reject {
+                // The store is reachable: the listing is a moment away; run it after.
+                Some(r) if !self.store_ok => r(self.store_unavailable()),
+                r => self.after_resync.push((f, r)),
+            }
+            return;
+        }
+        self.mutate(f);
+    }
+
+    fn store_unavailable(&self) -> ApiError {
+        ApiError::Unavailable(format!(
+            "the change was not stored: the store is unavailable ({}); switches keep their flows; retry when it is back",
+            self.store_detail
+        ))
+    }
+
+    /// The store went down while mutations waited for a relist: refuse the API's ones.
+    fn refuse_waiting(&mut self) {
+        let waiting = std::mem::take(&mut self.after_resync);
+        for (f, r) in waiting {
+            match r {
+                Some(r) => r(self.store_unavailable()),
+                None => self.after_resync.push((f, None)),
+            }
+        }
     }
 
     fn mutate(&mut self, f: MutateFn) {
@@ -487,13 +902,35 @@ impl Core {
         // Durability and switch programming run side by side; the call is answered when both
         // are done.
         let mut waits = Vec::new();
+        // With a shared store, flows go out only once the change is stored (in the order the
+        // mutations ran): a write refused by the store (conflict, no quorum) leaves the
+        // switches untouched.
+        let shared = self.dispatch.is_some();
+        let mut held: Option<Dispatch> = None;
         if !effects.changes.is_empty() {
             let (tx, rx) = oneshot::channel();
-            let _ = self.writer.send(WriteJob {
+            revisions(&self.revs).begin(effects.changes.iter().map(|c| c.key()));
+            let _ = self.writer.send(WriterCmd::Write(WriteJob {
                 changes: effects.changes,
                 done: tx,
+            }));
+            if shared {
+                let (rtx, rrx) = oneshot::channel();
+                held = Some(Dispatch {
+                    write: Some(rx),
+                    sends: Vec::new(),
+                    result: Some(rtx),
+                });
+                waits.push(rrx);
+            } else {
+                waits.push(rx);
+            }
+        } else if shared {
+            held = Some(Dispatch {
+                write: None,
+                sends: Vec::new(),
+                result: None,
             });
-            waits.push(rx);
         }
         let flows = match self.pipeline.recompute(&self.model, &effects.affected) {
             Ok(f) => f,
@@ -507,14 +944,20 @@ impl Core {
             let h = self.reconciler_for(&node);
             let (tx, rx) = oneshot::channel();
             let require = effects.require_connected.as_deref() == Some(node.as_str());
-            let _ = h.tx.send(ReconcileCmd::Desired {
-                flows: fs,
-                ack: Some(Ack {
-                    tx,
-                    require_connected: require,
-                }),
+            let ack = Some(Ack {
+                tx,
+                require_connected: require,
             });
+            match held.as_mut() {
+                Some(d) => d.sends.push((h, fs, ack)),
+                None => {
+                    let _ = h.tx.send(ReconcileCmd::Desired { flows: fs, ack });
+                }
+            }
             waits.push(rx);
+        }
+        if let (Some(d), Some(q)) = (held, &self.dispatch) {
+            let _ = q.send(d);
         }
         if let Some(n) = &effects.require_connected {
             if !self.reconcilers.contains_key(n) {
@@ -530,6 +973,11 @@ impl Core {
             for rx in waits {
                 match tokio::time::timeout(ACK_TIMEOUT, rx).await {
                     Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(e))) if shared => {
+                        // The store refused the change: its flows were never sent.
+                        result = Err(e);
+                        break;
+                    }
                     Ok(Ok(Err(e))) => result = Err(e),
                     Ok(Err(_)) => {
                         result = Err(ApiError::Unavailable("a switch reconciler stopped".into()))
@@ -685,7 +1133,7 @@ impl Core {
     /// online again once its switch is back. Affected switches are reprogrammed at once.
     fn node_liveness(&mut self, node: &str, online: bool) {
         let node = node.to_string();
-        self.mutate(Box::new(move |m: &mut ClusterModel| {
+        self.mutate_or_refuse(Box::new(move |m: &mut ClusterModel| {
             let affected = m.set_node_online(&node, online);
             if affected.is_empty() {
                 return None;
@@ -718,7 +1166,7 @@ impl Core {
                 },
                 finish,
             ))
-        }));
+        }), None);
     }
 
     /// At the end of the start-up grace: nodes whose switch never connected are offline.
@@ -793,20 +1241,30 @@ impl CoreHandle {
         f: impl FnOnce(&mut ClusterModel) -> Result<(T, Effects), ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel::<Result<T, ApiError>>();
-        let cmd: MutateFn = Box::new(move |model: &mut ClusterModel| match f(model) {
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                None
+        let slot = Arc::new(std::sync::Mutex::new(Some(tx)));
+        let slot2 = slot.clone();
+        let cmd: MutateFn = Box::new(move |model: &mut ClusterModel| {
+            let tx = lock_slot(&slot).take()?;
+            match f(model) {
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    None
+                }
+                Ok((value, effects)) => {
+                    let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
+                        let _ = tx.send(r.map(|()| value));
+                    });
+                    Some((effects, finish))
+                }
             }
-            Ok((value, effects)) => {
-                let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
-                    let _ = tx.send(r.map(|()| value));
-                });
-                Some((effects, finish))
+        });
+        let reject: Reject = Box::new(move |e: ApiError| {
+            if let Some(t) = lock_slot(&slot2).take() {
+                let _ = t.send(Err(e));
             }
         });
         self.tx
-            .send(CoreCmd::Mutate(cmd))
+            .send(CoreCmd::Mutate(cmd, Some(reject)))
             .map_err(|_| ApiError::Unavailable("the controller is shutting down".into()))?;
         rx.await
             .map_err(|_| ApiError::Internal("the controller core stopped".into()))?

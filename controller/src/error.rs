@@ -28,6 +28,10 @@ pub enum ApiError {
     /// Anything else.
     #[error("{0}")]
     Internal(String),
+    /// The change lost a race with another controller replica writing the same objects;
+    /// nothing of it was stored, and retrying succeeds.
+    #[error("{0}")]
+    Aborted(String),
 }
 
 use topology::model::EgressFirewallError;
@@ -76,6 +80,7 @@ impl From<ApiError> for tonic::Status {
             ApiError::Exhausted(m) => tonic::Status::resource_exhausted(m),
             ApiError::Unavailable(m) => tonic::Status::unavailable(m),
             ApiError::Internal(m) => tonic::Status::internal(m),
+            ApiError::Aborted(m) => tonic::Status::aborted(m),
         }
     }
 }

@@ -22,4 +22,5 @@ pub mod policy_ops;
 pub mod reconciler;
 pub mod server;
 pub mod state;
+pub mod store_sync;
 pub mod switches;

@@ -1,7 +1,7 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
 //! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
 
-use crate::core::{load_model, Core, CoreConfig, CoreHandle};
+use crate::core::{Core, CoreConfig, CoreHandle};
 use crate::grpc::{AdminService, NodeService};
 use crate::metrics::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub openflow_tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// The egress firewall's DNS resolver.
     pub egress_dns: crate::egress_dns::DnsConfig,
+    /// Where desired state lives (None: the embedded database in `data_dir`).
+    pub etcd: Option<crate::state::etcd::EtcdConfig>,
 }
 
 /// Why the controller could not start.
@@ -140,13 +142,49 @@ async fn bind(
         })
 }
 
+/// Load the model from the store and store what it adds (a new config, the default
+/// namespace), guarded by the listed revisions: a replica starting at the same time makes the
+/// write conflict, and the listing is read again.
+fn load_and_initialise(
+    store: &dyn StateBackend,
+    cluster: Option<&ClusterNetworkConfig>,
+) -> Result<(topology::ClusterModel, crate::state::Listing), StartError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let listing = store.list()?;
+        let records = listing.records.iter().map(|(r, _)| r.clone()).collect();
+        let (model, changes) = crate::core::load_model_from(records, cluster)?;
+        if changes.is_empty() {
+            return Ok((model, listing));
+        }
+        let revs: std::collections::HashMap<_, _> = listing
+            .records
+            .iter()
+            .map(|(r, rev)| (r.key(), *rev))
+            .collect();
+        let guarded: Vec<crate::state::Guarded> = changes
+            .into_iter()
+            .map(|c| crate::state::Guarded {
+                expected: revs.get(&c.key()).copied().unwrap_or(0),
+                change: c,
+            })
+            .collect();
+        match store.apply_guarded(&guarded) {
+            Ok(_) => {}
+            Err(crate::state::StoreError::Conflict { .. }) if attempt < 5 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Start everything; the tasks run until [`Running::shutdown`] or the process exits.
 pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
-    let store: Arc<dyn StateBackend> = Arc::new(EmbeddedStore::open(&cfg.data_dir)?);
-    let (model, changes) = load_model(store.as_ref(), cfg.cluster.as_ref())?;
-    if !changes.is_empty() {
-        store.apply(&changes)?;
-    }
+    let store: Arc<dyn StateBackend> = match &cfg.etcd {
+        None => Arc::new(EmbeddedStore::open(&cfg.data_dir)?),
+        Some(e) => Arc::new(crate::state::etcd::EtcdStore::connect(e.clone())?),
+    };
+    let (model, listing) = load_and_initialise(store.as_ref(), cfg.cluster.as_ref())?;
     tracing::info!(
         backend = store.name(),
         nodes = model.node_count(),
@@ -178,9 +216,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         None => None,
     };
     let metrics = Arc::new(Metrics::default());
-    let core = Core::spawn(
+    let core = Core::spawn_watched(
         model,
         store,
+        Some(listing),
         CoreConfig {
             audit_interval: cfg.audit_interval,
             ..CoreConfig::default()

@@ -15,6 +15,7 @@ pub mod cni;
 pub mod dns;
 pub mod e2e;
 pub mod error;
+pub mod etcd;
 pub mod netns;
 pub mod of_listener;
 pub mod ovs;
@@ -26,6 +27,7 @@ pub mod tcp;
 pub mod trace;
 
 pub use error::{HarnessError, Result};
+pub use etcd::EtcdCluster;
 pub use netns::{LabBuilder, LabNode, NetnsLab, Pod};
 pub use of_listener::OfHandshakeListener;
 pub use ovs::{DatapathMode, OvsInstance};

@@ -73,6 +73,54 @@ struct Args {
     /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
     #[arg(long, default_value_t = 1800.0)]
     egress_dns_ttl_ceiling: f64,
+    /// Where desired state lives: `embedded` (a database in --data-dir) or `etcd` (an etcd v3
+    /// cluster shared by several controller replicas; see --etcd-endpoints).
+    #[arg(long, value_enum, default_value_t = Datastore::Embedded, env = "FLOWMESH_DATASTORE")]
+    datastore: Datastore,
+    /// etcd client URLs, comma-separated (with --datastore etcd).
+    #[arg(long, env = "FLOWMESH_ETCD_ENDPOINTS")]
+    etcd_endpoints: Option<String>,
+    /// Key prefix of flowmesh's records in etcd.
+    #[arg(long, default_value = "/flowmesh/")]
+    etcd_prefix: String,
+    /// PEM CA certificate of the etcd servers (https:// endpoints).
+    #[arg(long)]
+    etcd_ca: Option<PathBuf>,
+    /// PEM client certificate for etcd (with --etcd-key).
+    #[arg(long, requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    /// PEM client key for etcd (with --etcd-cert).
+    #[arg(long, requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Datastore {
+    Embedded,
+    Etcd,
+}
+
+/// The etcd settings from the flags (None: the embedded datastore).
+fn etcd_config(args: &Args) -> Result<Option<controller::state::etcd::EtcdConfig>, String> {
+    match args.datastore {
+        Datastore::Embedded => {
+            if args.etcd_endpoints.is_some() {
+                return Err("--etcd-endpoints needs --datastore etcd".into());
+            }
+            Ok(None)
+        }
+        Datastore::Etcd => {
+            let eps = args.etcd_endpoints.as_deref().ok_or(
+                "--datastore etcd needs --etcd-endpoints URL,... (e.g. http://127.0.0.1:2379)",
+            )?;
+            let mut c = controller::state::etcd::EtcdConfig::new(eps).map_err(|e| e.to_string())?;
+            c.prefix = args.etcd_prefix.clone();
+            c.ca = args.etcd_ca.clone();
+            c.cert = args.etcd_cert.clone();
+            c.key = args.etcd_key.clone();
+            Ok(Some(c))
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -204,6 +252,7 @@ async fn run(args: Args) -> ExitCode {
                 _ => None,
             },
             egress_dns: flowmesh_controller_dns(&args)?,
+            etcd: etcd_config(&args)?,
         })
     })();
     let grace = match seconds("--shutdown-grace", args.shutdown_grace) {

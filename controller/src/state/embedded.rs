@@ -1,11 +1,20 @@
 //! The embedded backend: a redb database file in `--data-dir`. Each `apply` is one durable
 //! write transaction, so what the API acknowledged survives `kill -9`.
 
-use super::{Change, Record, StateBackend, StoreError};
+use super::{Change, Guarded, Listing, Record, Revision, StateBackend, StoreError};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+/// Each record's mod revision (absent: written before revisions were kept, revision 0).
+const REVISIONS: TableDefinition<&str, i64> = TableDefinition::new("revisions");
+/// The store revision: one more per committed guarded transaction.
+const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
+const REVISION_KEY: &str = "revision";
+
+fn txn_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Transaction(e.to_string())
+}
 
 /// The embedded transactional store.
 pub struct EmbeddedStore {
@@ -78,6 +87,87 @@ impl StateBackend for EmbeddedStore {
         Ok(out)
     }
 
+    fn list(&self) -> Result<Listing, StoreError> {
+        let records = self.load()?;
+        let txn = self.db.begin_read().map_err(txn_err)?;
+        let (revision, revs) = match (txn.open_table(META), txn.open_table(REVISIONS)) {
+            (Ok(meta), Ok(revs)) => (
+                meta.get(REVISION_KEY)
+                    .map_err(txn_err)?
+                    .map(|v| v.value())
+                    .unwrap_or(0),
+                Some(revs),
+            ),
+            // A database written before revisions were kept.
+            _ => (0, None),
+        };
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            let rev = match &revs {
+                Some(t) => t
+                    .get(r.key().as_string().as_str())
+                    .map_err(txn_err)?
+                    .map(|v| v.value())
+                    .unwrap_or(0),
+                None => 0,
+            };
+            out.push((r, rev));
+        }
+        Ok(Listing {
+            revision,
+            records: out,
+        })
+    }
+
+    fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
+        let txn = self.db.begin_write().map_err(txn_err)?;
+        let revision;
+        {
+            let mut table = txn.open_table(OBJECTS).map_err(txn_err)?;
+            let mut revs = txn.open_table(REVISIONS).map_err(txn_err)?;
+            let mut meta = txn.open_table(META).map_err(txn_err)?;
+            revision = meta
+                .get(REVISION_KEY)
+                .map_err(txn_err)?
+                .map(|v| v.value())
+                .unwrap_or(0)
+                + 1;
+            for (key, g) in super::coalesce(changes) {
+                let k = key.as_string();
+                let found = revs.get(k.as_str()).map_err(txn_err)?.map(|v| v.value());
+                let exists = table.get(k.as_str()).map_err(txn_err)?.is_some();
+                let found = match (exists, found) {
+                    (false, _) => 0,
+                    (true, r) => r.unwrap_or(0),
+                };
+                if found != g.expected {
+                    // Dropping the transaction without commit aborts it.
+                    return Err(StoreError::Conflict {
+                        key: k,
+                        expected: g.expected,
+                        found,
+                    });
+                }
+                match &g.change {
+                    Change::Put(rec) => {
+                        let bytes = serde_json::to_vec(rec).map_err(txn_err)?;
+                        table
+                            .insert(k.as_str(), bytes.as_slice())
+                            .map_err(txn_err)?;
+                        revs.insert(k.as_str(), revision).map_err(txn_err)?;
+                    }
+                    Change::Delete(_) => {
+                        table.remove(k.as_str()).map_err(txn_err)?;
+                        revs.remove(k.as_str()).map_err(txn_err)?;
+                    }
+                }
+            }
+            meta.insert(REVISION_KEY, revision).map_err(txn_err)?;
+        }
+        txn.commit().map_err(txn_err)?;
+        Ok(revision)
+    }
+
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
         let txn = self
             .db
@@ -141,6 +231,49 @@ mod tests {
         let s = EmbeddedStore::open(dir.path()).expect("reopen");
         let recs = s.load().expect("load");
         assert_eq!(recs, vec![ns("b", 11), ns("c", 12)]);
+    }
+
+    #[test]
+    fn guarded_writes_compare_mod_revisions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = EmbeddedStore::open(dir.path()).expect("open");
+        let put = |r: Record, expected| Guarded {
+            change: Change::Put(r),
+            expected,
+        };
+        let r1 = s
+            .apply_guarded(&[put(ns("a", 10), 0), put(ns("b", 11), 0)])
+            .expect("create");
+        assert_eq!(r1, 1);
+        // A stale expectation writes nothing.
+        let err = s
+            .apply_guarded(&[put(ns("c", 12), 0), put(ns("a", 20), 0)])
+            .expect_err("stale");
+        assert!(
+            matches!(&err, StoreError::Conflict { key, expected: 0, found: 1 } if key == "namespace/a"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("conflict"), "{err}");
+        let r2 = s
+            .apply_guarded(&[put(ns("a", 20), r1)])
+            .expect("current expectation");
+        assert_eq!(r2, 2);
+        let l = s.list().expect("list");
+        assert_eq!(l.revision, 2);
+        assert_eq!(l.records, vec![(ns("a", 20), 2), (ns("b", 11), 1)]);
+        // Deleting needs the current revision too; then the key is free again.
+        assert!(s
+            .apply_guarded(&[Guarded {
+                change: Change::Delete(RecordKey::Namespace("b".into())),
+                expected: 0,
+            }])
+            .is_err());
+        s.apply_guarded(&[Guarded {
+            change: Change::Delete(RecordKey::Namespace("b".into())),
+            expected: 1,
+        }])
+        .expect("delete");
+        s.apply_guarded(&[put(ns("b", 13), 0)]).expect("recreate");
     }
 
     #[test]

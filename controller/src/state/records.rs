@@ -79,6 +79,37 @@ impl RecordKey {
     }
 }
 
+impl RecordKey {
+    /// The key of a storage key string (the inverse of [`RecordKey::as_string`]).
+    pub fn parse(s: &str) -> Option<RecordKey> {
+        let (kind, rest) = s.split_once('/')?;
+        let two = || {
+            rest.split_once('/')
+                .filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains('/'))
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        };
+        let one = || Some(rest.to_string()).filter(|r| !r.is_empty() && !r.contains('/'));
+        Some(match kind {
+            "clusternetwork" if rest == "default" => RecordKey::ClusterNetwork,
+            "cursors" if rest == "default" => RecordKey::Cursors,
+            "egressips" if rest == "default" => RecordKey::EgressIps,
+            "node" => RecordKey::Node(one()?),
+            "namespace" => RecordKey::Namespace(one()?),
+            "egressnetworkpolicy" => RecordKey::EgressNetworkPolicy(one()?),
+            "egressdns" => RecordKey::EgressDns(one()?),
+            "pod" => {
+                let (a, b) = two()?;
+                RecordKey::Pod(a, b)
+            }
+            "networkpolicy" => {
+                let (a, b) = two()?;
+                RecordKey::NetworkPolicy(a, b)
+            }
+            _ => return None,
+        })
+    }
+}
+
 impl Record {
     /// The record's key.
     pub fn key(&self) -> RecordKey {
@@ -94,6 +125,39 @@ impl Record {
             Record::EgressIps(_) => RecordKey::EgressIps,
             Record::EgressNetworkPolicy(f) => RecordKey::EgressNetworkPolicy(f.namespace.clone()),
             Record::EgressDns(d) => RecordKey::EgressDns(d.name.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_keys_parse_back() {
+        for k in [
+            RecordKey::ClusterNetwork,
+            RecordKey::Cursors,
+            RecordKey::EgressIps,
+            RecordKey::Node("n1".into()),
+            RecordKey::Namespace("ns".into()),
+            RecordKey::Pod("ns".into(), "p".into()),
+            RecordKey::NetworkPolicy("ns".into(), "deny".into()),
+            RecordKey::EgressNetworkPolicy("ns".into()),
+            RecordKey::EgressDns("www.example.com".into()),
+        ] {
+            assert_eq!(RecordKey::parse(&k.as_string()), Some(k));
+        }
+        for bad in [
+            "",
+            "node",
+            "node/",
+            "pod/ns",
+            "pod/ns/p/x",
+            "cursors/x",
+            "what/x",
+        ] {
+            assert_eq!(RecordKey::parse(bad), None, "{bad}");
         }
     }
 }

@@ -523,6 +523,7 @@ mod nodes;
 mod pods;
 pub mod policy;
 mod snapshot;
+mod sync;
 
 #[cfg(test)]
 mod tests;

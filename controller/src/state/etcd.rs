@@ -1,0 +1,511 @@
+//! The etcd v3 backend (`--datastore etcd`): every record is one key under a prefix
+//! (`/flowmesh/pod/NS/NAME`, value: the record as JSON), every change batch one transaction
+//! that compares each key's mod revision with the one the writer last saw, and replicas kept
+//! current by one prefix watch (relisting when its revision was compacted).
+//!
+//! Requests go to etcd with `require_leader`: a member that lost quorum refuses at once
+//! ("no leader") instead of hanging, so writes fail clearly and the watch notices.
+
+use super::{
+    Change, Guarded, Listing, Record, RecordKey, Revision, StateBackend, StoreError, Watch,
+    WatchEvent,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
+};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How to reach etcd.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    /// Client URLs (`http://127.0.0.1:2379`, `https://...`).
+    pub endpoints: Vec<String>,
+    /// Key prefix of every record (ends with `/`).
+    pub prefix: String,
+    /// CA certificate (PEM) that signs the etcd servers' certificates.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM), with `key`.
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM), with `cert`.
+    pub key: Option<PathBuf>,
+    /// How long one request may take before it fails.
+    pub request_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// Endpoints from a comma-separated list, the default prefix and timeout.
+    pub fn new(endpoints: &str) -> Result<Self, StoreError> {
+        let endpoints: Vec<String> = endpoints
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(StoreError::Unavailable(
+                "--etcd-endpoints is empty: give one or more URLs, e.g. http://127.0.0.1:2379"
+                    .into(),
+            ));
+        }
+        for e in &endpoints {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(StoreError::Unavailable(format!(
+                    "--etcd-endpoints {e:?}: expected an http:// or https:// URL"
+                )));
+            }
+        }
+        Ok(EtcdConfig {
+            endpoints,
+            prefix: "/flowmesh/".into(),
+            ca: None,
+            cert: None,
+            key: None,
+            request_timeout: Duration::from_secs(5),
+        })
+    }
+}
+
+/// The etcd datastore.
+pub struct EtcdStore {
+    /// Its own runtime: the blocking trait methods wait on it from any thread.
+    rt: Option<tokio::runtime::Runtime>,
+    client: Client,
+    cfg: EtcdConfig,
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn unavailable(cfg: &EtcdConfig, e: etcd_client::Error) -> StoreError {
+    let text = e.to_string();
+    let lower = text.to_lowercase();
+    if ["timed out", "timeout", "deadline"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        // A write etcd did not answer in time may still commit (when quorum returns): the
+        // outcome is unknown, and the core re-reads etcd to follow whatever happened.
+        return StoreError::Unavailable(format!(
+            "etcd {} did not answer within {}s ({text}): it has no quorum or is unreachable; a change in flight is applied only if etcd committed it (the controller re-reads etcd); switches keep their flows; retry when it is back",
+            cfg.endpoints.join(","),
+            cfg.request_timeout.as_secs()
+        ));
+    }
+    let hint = if [
+        "no leader",
+        "timed out",
+        "timeout",
+        "deadline",
+        "unavailable",
+        "connect",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+    {
+        " (etcd unreachable, or the cluster has no quorum or no leader; switches keep their flows; retry when it is back)"
+    } else {
+        ""
+    };
+    StoreError::Unavailable(format!("etcd {}: {text}{hint}", cfg.endpoints.join(",")))
+}
+
+fn read_pem(flag: &str, p: &PathBuf) -> Result<Vec<u8>, StoreError> {
+    std::fs::read(p).map_err(|e| StoreError::Unavailable(format!("{flag} {}: {e}", p.display())))
+}
+
+impl EtcdStore {
+    /// Connect (lazily: an unreachable cluster shows in the first request).
+    pub fn connect(mut cfg: EtcdConfig) -> Result<Self, StoreError> {
+        if !cfg.prefix.starts_with('/') {
+            return Err(StoreError::Unavailable(format!(
+                "--etcd-prefix {:?} must start with /",
+                cfg.prefix
+            )));
+        }
+        if !cfg.prefix.ends_with('/') {
+            cfg.prefix.push('/');
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("etcd client runtime: {e}")))?;
+        let mut opts = ConnectOptions::new()
+            .with_timeout(cfg.request_timeout)
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_require_leader(true);
+        if cfg.ca.is_some() || cfg.cert.is_some() {
+            let mut tls = etcd_client::TlsOptions::new();
+            if let Some(ca) = &cfg.ca {
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read_pem(
+                    "--etcd-ca",
+                    ca,
+                )?));
+            }
+            match (&cfg.cert, &cfg.key) {
+                (Some(c), Some(k)) => {
+                    tls = tls.identity(etcd_client::Identity::from_pem(
+                        read_pem("--etcd-cert", c)?,
+                        read_pem("--etcd-key", k)?,
+                    ));
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(StoreError::Unavailable(
+                        "--etcd-cert and --etcd-key go together".into(),
+                    ))
+                }
+            }
+            opts = opts.with_tls(tls);
+        }
+        let endpoints = cfg.endpoints.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let _ = tx.send(Client::connect(endpoints, Some(opts)).await);
+        });
+        let client = rx
+            .recv()
+            .map_err(|_| StoreError::Unavailable("etcd client runtime stopped".into()))?
+            .map_err(|e| unavailable(&cfg, e))?;
+        Ok(EtcdStore {
+            rt: Some(rt),
+            client,
+            cfg,
+        })
+    }
+
+    /// Run `f` on the store's runtime and wait for it (from any thread, async or not).
+    fn block<F>(&self, f: F) -> Result<F::Output, StoreError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let rt = self
+            .rt
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("etcd client stopped".into()))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let _ = tx.send(f.await);
+        });
+        rx.recv()
+            .map_err(|_| StoreError::Unavailable("etcd client runtime stopped".into()))
+    }
+
+    fn full_key(&self, k: &RecordKey) -> String {
+        format!("{}{}", self.cfg.prefix, k.as_string())
+    }
+
+    /// The prefix under which every record lives.
+    pub fn prefix(&self) -> &str {
+        &self.cfg.prefix
+    }
+}
+
+/// Read every record under the prefix, at one revision.
+async fn list_async(mut client: Client, cfg: EtcdConfig) -> Result<Listing, StoreError> {
+    let resp = client
+        .get(cfg.prefix.clone(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| unavailable(&cfg, e))?;
+    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+    let mut records = Vec::with_capacity(resp.kvs().len());
+    for kv in resp.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).to_string();
+        let rec = decode(&cfg.prefix, &key, kv.value())?;
+        records.push((rec, kv.mod_revision()));
+    }
+    records.sort_by_key(|a| a.0.key().as_string());
+    Ok(Listing { revision, records })
+}
+
+fn decode(prefix: &str, key: &str, value: &[u8]) -> Result<Record, StoreError> {
+    let rec: Record = serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
+        key: key.to_string(),
+        detail: e.to_string(),
+    })?;
+    let want = format!("{prefix}{}", rec.key().as_string());
+    if want != key {
+        return Err(StoreError::Corrupt {
+            key: key.to_string(),
+            detail: format!("holds the record of {want}"),
+        });
+    }
+    Ok(rec)
+}
+
+impl StateBackend for EtcdStore {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn load(&self) -> Result<Vec<Record>, StoreError> {
+        Ok(self.list()?.records.into_iter().map(|(r, _)| r).collect())
+    }
+
+    fn list(&self) -> Result<Listing, StoreError> {
+        self.block(list_async(self.client.clone(), self.cfg.clone()))?
+    }
+
+    fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
+        let ops: Vec<Guarded> = changes
+            .iter()
+            .map(|c| Guarded {
+                change: c.clone(),
+                expected: -1,
+            })
+            .collect();
+        self.apply_guarded(&ops).map(|_| ())
+    }
+
+    /// One transaction: `mod_revision(key) == expected` for every key (a missing key has mod
+    /// revision 0), then the puts and deletes; on a failed comparison, the keys are read back
+    /// to name the one that changed. An expectation of -1 (plain `apply`) compares nothing.
+    fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
+        let batch = super::coalesce(changes);
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let mut compares = Vec::new();
+        let mut ops = Vec::new();
+        let mut reads = Vec::new();
+        let mut keys = Vec::new();
+        for (k, g) in &batch {
+            let full = self.full_key(k);
+            if g.expected >= 0 {
+                compares.push(Compare::mod_revision(
+                    full.clone(),
+                    CompareOp::Equal,
+                    g.expected,
+                ));
+            }
+            match &g.change {
+                Change::Put(r) => {
+                    let bytes = serde_json::to_vec(r)
+                        .map_err(|e| StoreError::Transaction(e.to_string()))?;
+                    ops.push(TxnOp::put(full.clone(), bytes, None));
+                }
+                Change::Delete(_) => ops.push(TxnOp::delete(full.clone(), None)),
+            }
+            reads.push(TxnOp::get(full.clone(), None));
+            keys.push((full, g.expected));
+        }
+        let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
+        let mut client = self.client.clone();
+        let cfg = self.cfg.clone();
+        let resp =
+            self.block(async move { client.txn(txn).await.map_err(|e| unavailable(&cfg, e)) })??;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if resp.succeeded() {
+            return Ok(revision);
+        }
+        // Name the first key whose revision moved.
+        for (op, (key, expected)) in resp.op_responses().into_iter().zip(keys) {
+            if let TxnOpResponse::Get(g) = op {
+                let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+                if found != expected {
+                    return Err(StoreError::Conflict {
+                        key,
+                        expected,
+                        found,
+                    });
+                }
+            }
+        }
+        Err(StoreError::Conflict {
+            key: "(a key of the batch)".into(),
+            expected: -1,
+            found: revision,
+        })
+    }
+
+    fn watch(&self, from: Revision) -> Option<Watch> {
+        let (tx, events) = mpsc::unbounded_channel();
+        let (relist, relist_rx) = mpsc::unbounded_channel();
+        let rt = self.rt.as_ref()?;
+        rt.spawn(watch_loop(
+            self.client.clone(),
+            self.cfg.clone(),
+            from,
+            tx,
+            relist_rx,
+        ));
+        Some(Watch { events, relist })
+    }
+}
+
+/// Follow the prefix from `from`: changes grouped by revision, a relist when the revision
+/// was compacted or the core asks, health as the stream comes and goes. Ends when the core
+/// stops listening.
+async fn watch_loop(
+    client: Client,
+    cfg: EtcdConfig,
+    from: Revision,
+    tx: mpsc::UnboundedSender<WatchEvent>,
+    mut relist_rx: mpsc::UnboundedReceiver<()>,
+) {
+    let mut next = from + 1;
+    let mut relist = false;
+    let mut healthy = true;
+    let mut backoff = Duration::from_millis(100);
+    let health = |healthy: &mut bool, ok: bool, detail: String| -> bool {
+        if *healthy == ok {
+            return true;
+        }
+        *healthy = ok;
+        if ok {
+            tracing::info!(%detail, "etcd is available again");
+        } else {
+            tracing::warn!(%detail, "etcd is unavailable");
+        }
+        tx.send(WatchEvent::Health { ok, detail }).is_ok()
+    };
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        while relist_rx.try_recv().is_ok() {
+            relist = true;
+        }
+        if relist {
+            match list_async(client.clone(), cfg.clone()).await {
+                Ok(l) => {
+                    next = l.revision + 1;
+                    relist = false;
+                    if tx.send(WatchEvent::Relisted(l)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    if !health(&mut healthy, false, e.to_string()) {
+                        return;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            }
+        }
+        let mut c = client.clone();
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(next)
+            .with_progress_notify();
+        let mut stream = match c.watch(cfg.prefix.clone(), Some(opts)).await {
+            Ok(s) => s,
+            Err(e) => {
+                if !health(&mut healthy, false, unavailable(&cfg, e).to_string()) {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        loop {
+            let msg = tokio::select! {
+                r = relist_rx.recv() => {
+                    if r.is_none() { return; }
+                    relist = true;
+                    break;
+                }
+                m = stream.message() => m,
+            };
+            let resp = match msg {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    // Often one member went away: watch again (through another member)
+                    // before calling the store unavailable.
+                    tracing::debug!(error = %e, "etcd watch stream ended");
+                    break;
+                }
+            };
+            if resp.compact_revision() > 0 {
+                tracing::warn!(
+                    from = next,
+                    compacted = resp.compact_revision(),
+                    "etcd compacted the watched revision: relisting"
+                );
+                relist = true;
+                break;
+            }
+            if resp.canceled() {
+                let reason = resp.cancel_reason().to_string();
+                if !health(
+                    &mut healthy,
+                    false,
+                    format!("etcd watch cancelled: {reason} (no quorum?)"),
+                ) {
+                    return;
+                }
+                break;
+            }
+            if resp.created() || !resp.events().is_empty() {
+                backoff = Duration::from_millis(100);
+                if !health(&mut healthy, true, "etcd watch established".into()) {
+                    return;
+                }
+            }
+            let mut batch: Option<(Revision, Vec<Change>)> = None;
+            for ev in resp.events() {
+                let Some(kv) = ev.kv() else { continue };
+                let rev = kv.mod_revision();
+                let key = String::from_utf8_lossy(kv.key()).to_string();
+                let change = match ev.event_type() {
+                    EventType::Put => match decode(&cfg.prefix, &key, kv.value()) {
+                        Ok(r) => Change::Put(r),
+                        Err(e) => {
+                            tracing::error!(error = %e, "ignoring an unreadable etcd record");
+                            continue;
+                        }
+                    },
+                    EventType::Delete => {
+                        match key.strip_prefix(&cfg.prefix).and_then(RecordKey::parse) {
+                            Some(k) => Change::Delete(k),
+                            None => {
+                                tracing::warn!(%key, "ignoring the deletion of a foreign key");
+                                continue;
+                            }
+                        }
+                    }
+                };
+                match &mut batch {
+                    Some((r, v)) if *r == rev => v.push(change),
+                    _ => {
+                        if let Some((revision, changes)) = batch.take() {
+                            if tx.send(WatchEvent::Changes { revision, changes }).is_err() {
+                                return;
+                            }
+                        }
+                        batch = Some((rev, vec![change]));
+                    }
+                }
+                next = rev + 1;
+            }
+            if let Some((revision, changes)) = batch {
+                if tx.send(WatchEvent::Changes { revision, changes }).is_err() {
+                    return;
+                }
+            }
+            if let Some(h) = resp.header() {
+                // Progress notifications carry the current revision with no events.
+                if resp.events().is_empty() && !resp.created() && h.revision() >= next {
+                    next = h.revision() + 1;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}

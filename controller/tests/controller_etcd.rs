@@ -1,0 +1,593 @@
+//! The etcd datastore against a real 3-member etcd cluster on loopback and real Open vSwitch
+//! bridges: two controller replicas share one store (a change written through one appears in
+//! the other's model and flows), concurrent conflicting writes lose nothing, a lost quorum
+//! refuses writes clearly while the switches keep their flows, the controllers recover by
+//! themselves, and the embedded and etcd datastores give identical flows for one scenario.
+
+mod support;
+
+use flowmesh_tests::{EtcdCluster, OvsSandbox};
+use proto::admin::admin_client::AdminClient;
+use proto::admin::{self as pa};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use support::{ctl, desired, sandbox, wait_for, wait_synced, Controller};
+use tonic::transport::Channel;
+
+const NODES: [support::NodeSpec<'static>; 3] = [
+    ("node-a", 0xa, &[("p1", 3), ("p2", 4)]),
+    ("node-b", 0xb, &[("p1", 3)]),
+    ("node-c", 0xc, &[("p1", 3)]),
+];
+
+fn etcd_args<'a>(cluster: &'a str, prefix: &'a str) -> Vec<&'a str> {
+    vec![
+        "--datastore",
+        "etcd",
+        "--etcd-endpoints",
+        cluster,
+        "--etcd-prefix",
+        prefix,
+    ]
+}
+
+/// Retry a call refused because a switch is still connecting, or because another replica
+/// won a race (ABORTED: nothing was stored, retrying is safe). Counts the aborted attempts.
+macro_rules! retrying {
+    ($aborted:expr, $call:expr) => {{
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match $call.await {
+                Err(e) if e.code() == tonic::Code::Aborted && Instant::now() < deadline => {
+                    $aborted += 1;
+                }
+                Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                r => break r,
+            }
+        }
+    }};
+}
+
+async fn populate(admin: &mut AdminClient<Channel>) {
+    let mut aborted = 0;
+    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
+        retrying!(
+            aborted,
+            admin.add_node(pa::AddNodeRequest {
+                name: name.to_string(),
+                node_ip: format!("172.31.0.{}", i + 1),
+                dpid: *dpid,
+            })
+        )
+        .expect("add node");
+    }
+    for ns in ["ns1", "ns2", "ns3"] {
+        retrying!(
+            aborted,
+            admin.create_namespace(pa::NameRequest { name: ns.into() })
+        )
+        .expect("create namespace");
+    }
+    for (node, port, ns, ofport) in [
+        ("node-a", "p1", "ns1", 3),
+        ("node-a", "p2", "ns2", 4),
+        ("node-b", "p1", "ns1", 3),
+        ("node-c", "p1", "ns3", 3),
+    ] {
+        retrying!(
+            aborted,
+            admin.attach_pod(pa::AttachPodRequest {
+                node: node.into(),
+                namespace: ns.into(),
+                name: format!("{node}-{port}"),
+                port_name: OvsSandbox::port_name(node, port),
+                ofport,
+                ..Default::default()
+            })
+        )
+        .expect("attach pod");
+    }
+    retrying!(
+        aborted,
+        admin.join_projects(pa::JoinProjectsRequest {
+            namespaces: vec!["ns3".into()],
+            to: "ns1".into(),
+            ..Default::default()
+        })
+    )
+    .expect("join");
+    eprintln!("populate: {aborted} conflicts retried");
+}
+
+async fn assert_bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>) {
+    for (node, _, _) in NODES {
+        let want = desired(admin, node).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let have = sbx.dump_flows(node).expect("dump-flows");
+            if have == want {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{node}: bridge differs from desired\nhave: {have:#?}\nwant: {want:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn netnamespaces(admin: &mut AdminClient<Channel>) -> BTreeMap<String, u32> {
+    admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list namespaces")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|n| (n.name, n.netid))
+        .collect()
+}
+
+async fn all_desired(admin: &mut AdminClient<Channel>) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (node, _, _) in NODES {
+        out.push(desired(admin, node).await);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_etcd_and_concurrent_writes_lose_nothing() {
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c1 = Controller::start(&dir.path().join("c1"), &etcd_args(&eps, "/t/"));
+    let c2 = Controller::start(&dir.path().join("c2"), &etcd_args(&eps, "/t/"));
+    let sbx = sandbox(&c1, &NODES);
+    let mut a1 = c1.admin().await;
+    let mut a2 = c2.admin().await;
+    populate(&mut a1).await;
+    wait_synced(&mut a1, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut a1).await;
+
+    // Everything written through c1 is in c2's model: `flowmeshctl get` shows it, and c2
+    // computes the same flows for every node.
+    let want = all_desired(&mut a1).await;
+    wait_for(
+        "c2 to compute c1's flows",
+        Duration::from_secs(15),
+        async || all_desired(&mut a2).await == want,
+    )
+    .await;
+    let got = ctl(c2.grpc, &["get", "netnamespaces"]);
+    let out = got.ok();
+    assert!(out.contains("ns1") && out.contains("ns3"), "{out}");
+    let pods = ctl(c2.grpc, &["get", "pods"]);
+    assert!(pods.ok().contains("node-c-p1"), "{}", pods.stdout);
+
+    // A change through c2 reaches c1's model and c1's switches.
+    let mut aborted = 0;
+    retrying!(
+        aborted,
+        a2.isolate_projects(pa::ProjectsRequest {
+            namespaces: vec!["ns3".into()],
+            ..Default::default()
+        })
+    )
+    .expect("isolate through c2");
+    assert_eq!(aborted, 0, "nothing else wrote ns3");
+    wait_for(
+        "c1 to see ns3 isolated",
+        Duration::from_secs(15),
+        async || {
+            let n = netnamespaces(&mut a1).await;
+            n.get("ns3") != n.get("ns1")
+        },
+    )
+    .await;
+    assert_bridges_match(&sbx, &mut a1).await;
+
+    // Both replicas create namespaces at once: every creation writes the NETID cursor, so
+    // they conflict; a conflict is ABORTED (nothing stored) and retried. Nothing is lost and
+    // no NETID is handed out twice.
+    let mut tasks = Vec::new();
+    for (r, admin) in [(1, a1.clone()), (2, a2.clone())] {
+        tasks.push(tokio::spawn(async move {
+            let mut admin = admin;
+            let mut aborted = 0u32;
+            for i in 0..12 {
+                retrying!(
+                    aborted,
+                    admin.create_namespace(pa::NameRequest {
+                        name: format!("race-{r}-{i}"),
+                    })
+                )
+                .expect("create namespace");
+            }
+            aborted
+        }));
+    }
+    let mut conflicts = 0;
+    for t in tasks {
+        conflicts += t.await.expect("task");
+    }
+    let n1 = netnamespaces(&mut a1).await;
+    wait_for(
+        "c2 to hold every namespace",
+        Duration::from_secs(15),
+        async || netnamespaces(&mut a2).await == n1,
+    )
+    .await;
+    let racers: BTreeMap<&String, &u32> =
+        n1.iter().filter(|(k, _)| k.starts_with("race-")).collect();
+    assert_eq!(racers.len(), 24, "{n1:?}");
+    let ids: BTreeSet<&u32> = racers.values().copied().collect();
+    assert_eq!(ids.len(), 24, "a NETID was handed out twice: {racers:?}");
+    // Every record is in etcd too.
+    let keys = cluster
+        .etcdctl(&["get", "/t/namespace/race-", "--prefix", "--keys-only"])
+        .expect("etcdctl");
+    assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 24, "{keys}");
+    eprintln!("concurrent creations: 24 stored, {conflicts} conflicts retried");
+    assert_bridges_match(&sbx, &mut a1).await;
+    let want = all_desired(&mut a1).await;
+    wait_for(
+        "equal flows on both replicas",
+        Duration::from_secs(15),
+        async || all_desired(&mut a2).await == want,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
+    let mut cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c1 = Controller::start(&dir.path().join("c1"), &etcd_args(&eps, "/q/"));
+    let sbx = sandbox(&c1, &NODES);
+    let mut a1 = c1.admin().await;
+    populate(&mut a1).await;
+    wait_synced(&mut a1, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut a1).await;
+
+    // One member gone: writes go on.
+    cluster.kill(0);
+    let mut aborted = 0;
+    retrying!(
+        aborted,
+        a1.create_namespace(pa::NameRequest {
+            name: "after-one".into()
+        })
+    )
+    .expect("write with one member down");
+    assert_eq!(aborted, 0, "one replica has nothing to conflict with");
+
+    // Two gone: no quorum. Writes are refused with a clear error; the switches keep
+    // exactly their flows and stay connected.
+    let before: Vec<Vec<String>> = NODES
+        .iter()
+        .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    cluster.kill(1);
+    let t = Instant::now();
+    let err = a1
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-b".into(),
+            namespace: "ns2".into(),
+            name: "no-quorum".into(),
+            port_name: "veth-nq".into(),
+            ofport: 9,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a write without quorum must fail");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("etcd") && err.message().contains("quorum"),
+        "{}",
+        err.message()
+    );
+    eprintln!(
+        "write without quorum refused after {} ms: {}",
+        t.elapsed().as_millis(),
+        err.message()
+    );
+    let again = a1
+        .create_namespace(pa::NameRequest {
+            name: "no-quorum".into(),
+        })
+        .await
+        .expect_err("still no quorum");
+    assert_eq!(again.code(), tonic::Code::Unavailable, "{again:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during: Vec<Vec<String>> = NODES
+        .iter()
+        .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(
+        before, during,
+        "switch flows changed while etcd had no quorum"
+    );
+    let sw = a1
+        .list_switches(pa::Empty {})
+        .await
+        .expect("reads still work")
+        .into_inner()
+        .items;
+    assert!(sw.iter().all(|s| s.connected), "{sw:?}");
+    let ns = netnamespaces(&mut a1).await;
+    assert!(!ns.contains_key("no-quorum"), "{ns:?}");
+    assert!(
+        again.message().contains("unavailable") || again.message().contains("quorum"),
+        "{}",
+        again.message()
+    );
+
+    // Quorum back: the same controller accepts writes again, nothing restarted.
+    cluster.restart(0).expect("restart m0");
+    cluster.restart(1).expect("restart m1");
+    cluster
+        .wait_writable(Duration::from_secs(30))
+        .expect("quorum back");
+    let t = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match a1
+            .attach_pod(pa::AttachPodRequest {
+                node: "node-b".into(),
+                namespace: "ns2".into(),
+                name: "after-quorum".into(),
+                port_name: "veth-aq".into(),
+                ofport: 10,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the controller did not recover: {e:?}\n{}",
+                    c1.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    eprintln!(
+        "writes accepted again {} ms after quorum returned",
+        t.elapsed().as_millis()
+    );
+    let ns = netnamespaces(&mut a1).await;
+    assert!(ns.contains_key("after-one"), "{ns:?}");
+    // The write refused on a timeout had an unknown outcome: whatever etcd decided, the model
+    // follows etcd, and the switches follow the model.
+    let stored = cluster
+        .etcdctl(&["get", "/q/pod/ns2/no-quorum", "--keys-only"])
+        .expect("etcdctl");
+    let pods = a1
+        .list_pods(pa::Empty {})
+        .await
+        .expect("pods")
+        .into_inner()
+        .items;
+    assert_eq!(
+        stored.trim().is_empty(),
+        !pods.iter().any(|p| p.name == "no-quorum"),
+        "model and etcd disagree on the write with an unknown outcome: {stored:?} {pods:?}"
+    );
+    assert_bridges_match(&sbx, &mut a1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_and_etcd_datastores_give_identical_flows() {
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut flows = Vec::new();
+    for (name, extra) in [
+        ("embedded", Vec::new()),
+        ("etcd", etcd_args(&eps, "/same/")),
+    ] {
+        let c = Controller::start(&dir.path().join(name), &extra);
+        let sbx = sandbox(&c, &NODES);
+        let mut admin = c.admin().await;
+        populate(&mut admin).await;
+        wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+        assert_bridges_match(&sbx, &mut admin).await;
+        let per_node: Vec<Vec<String>> = NODES
+            .iter()
+            .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+            .collect();
+        assert!(per_node.iter().all(|f| f.len() > 10), "{per_node:?}");
+        flows.push(per_node);
+    }
+    assert_eq!(
+        flows[0], flows[1],
+        "the embedded and etcd datastores gave different flows"
+    );
+}
+
+/// The backend itself: guarded transactions name the key that moved, the watch reports every
+/// writer's transactions with their revisions, and a watch from a compacted revision relists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_backend_guards_writes_watches_and_relists_after_compaction() {
+    use controller::state::etcd::{EtcdConfig, EtcdStore};
+    use controller::state::{Change, Guarded, Record, RecordKey, StateBackend, WatchEvent};
+    use topology::model::NamespaceInfo;
+
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let mut cfg = EtcdConfig::new(&cluster.endpoints()).expect("config");
+    cfg.prefix = "/b/".into();
+    let ns = |name: &str, netid| {
+        Record::Namespace(NamespaceInfo {
+            name: name.into(),
+            netid,
+            labels: Default::default(),
+            multicast: false,
+        })
+    };
+    let put = |r: Record, expected| Guarded {
+        change: Change::Put(r),
+        expected,
+    };
+    let (a, b) = tokio::task::spawn_blocking(move || {
+        let a = EtcdStore::connect(cfg.clone()).expect("connect a");
+        let b = EtcdStore::connect(cfg).expect("connect b");
+        (a, b)
+    })
+    .await
+    .expect("connect");
+    let start = a.list().expect("list").revision;
+    let mut watch = b.watch(start).expect("etcd has a watch");
+
+    let r1 = a
+        .apply_guarded(&[put(ns("x", 10), 0), put(ns("y", 11), 0)])
+        .expect("create");
+    // b saw nothing of a's write: its stale expectation conflicts and writes nothing.
+    let err = b
+        .apply_guarded(&[put(ns("z", 12), 0), put(ns("x", 20), 0)])
+        .expect_err("stale");
+    let text = err.to_string();
+    assert!(
+        text.contains("conflict") && text.contains("/b/namespace/x"),
+        "{text}"
+    );
+    let r2 = b.apply_guarded(&[put(ns("x", 20), r1)]).expect("current");
+    assert!(r2 > r1);
+    let l = a.list().expect("list");
+    assert_eq!(
+        l.records,
+        vec![(ns("x", 20), r2), (ns("y", 11), r1)],
+        "z must not exist"
+    );
+
+    // The watch saw both transactions, a's and b's, in order, with their revisions.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), watch.events.recv())
+            .await
+            .expect("watch event")
+            .expect("open")
+        {
+            WatchEvent::Changes { revision, changes } => seen.push((revision, changes)),
+            WatchEvent::Health { .. } => {}
+            WatchEvent::Relisted(l) => panic!("unexpected relist {l:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (r1, vec![Change::Put(ns("x", 10)), Change::Put(ns("y", 11))]),
+            (r2, vec![Change::Put(ns("x", 20))]),
+        ]
+    );
+    // A delete arrives as a delete of the record key.
+    let r3 = a
+        .apply_guarded(&[Guarded {
+            change: Change::Delete(RecordKey::Namespace("y".into())),
+            expected: r1,
+        }])
+        .expect("delete");
+    loop {
+        if let WatchEvent::Changes { revision, changes } =
+            tokio::time::timeout(Duration::from_secs(10), watch.events.recv())
+                .await
+                .expect("watch event")
+                .expect("open")
+        {
+            assert_eq!(revision, r3);
+            assert_eq!(
+                changes,
+                vec![Change::Delete(RecordKey::Namespace("y".into()))]
+            );
+            break;
+        }
+    }
+
+    // Compact past `start`: a watch from there cannot go on and relists instead.
+    cluster
+        .etcdctl(&["compact", &r3.to_string()])
+        .expect("compact");
+    let mut late = b.watch(start).expect("watch");
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), late.events.recv())
+            .await
+            .expect("watch event")
+            .expect("open")
+        {
+            WatchEvent::Relisted(l) => {
+                assert!(l.revision >= r3);
+                assert_eq!(l.records, vec![(ns("x", 20), r2)]);
+                break;
+            }
+            WatchEvent::Health { .. } => {}
+            WatchEvent::Changes { revision, .. } => {
+                panic!("changes at {revision} from a compacted revision")
+            }
+        }
+    }
+    // Asking for a relist works too.
+    late.relist.send(()).expect("relist");
+    loop {
+        if let WatchEvent::Relisted(l) =
+            tokio::time::timeout(Duration::from_secs(10), late.events.recv())
+                .await
+                .expect("watch event")
+                .expect("open")
+        {
+            assert_eq!(l.records, vec![(ns("x", 20), r2)]);
+            break;
+        }
+    }
+    tokio::task::spawn_blocking(move || drop((a, b)))
+        .await
+        .expect("drop");
+}
+
+/// Bad datastore flags stop the controller at once with a message naming the flag.
+#[test]
+fn bad_datastore_flags_are_refused_clearly() {
+    for (args, want) in [
+        (vec!["--datastore", "etcd"], "--etcd-endpoints"),
+        (
+            vec!["--datastore", "etcd", "--etcd-endpoints", "127.0.0.1:2379"],
+            "http:// or https://",
+        ),
+        (
+            vec!["--etcd-endpoints", "http://127.0.0.1:2379"],
+            "--datastore etcd",
+        ),
+        (
+            vec![
+                "--datastore",
+                "etcd",
+                "--etcd-endpoints",
+                "http://127.0.0.1:2379",
+                "--etcd-prefix",
+                "flowmesh",
+            ],
+            "must start with /",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+            .args(&args)
+            .args([
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--openflow-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run flowmesh-controller");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,208 @@
+//! A real etcd v3 cluster on loopback (Debian's `etcd-server`, `/usr/bin/etcd`): members on
+//! random free ports, private data directories under the harness's run directory, each member
+//! a tracked child killed by PID on drop. Members can be killed and restarted one by one, to
+//! take the cluster's quorum away and give it back.
+
+use crate::process::TrackedProcess;
+use crate::rundir::RunDir;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The etcd server binary (override with `FLOWMESH_ETCD_BIN`).
+pub fn etcd_bin() -> PathBuf {
+    std::env::var_os("FLOWMESH_ETCD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    data: PathBuf,
+    log: PathBuf,
+    process: Option<TrackedProcess>,
+}
+
+/// A running etcd cluster.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    initial_cluster: String,
+    token: String,
+    run: RunDir,
+}
+
+impl EtcdCluster {
+    /// Start `n` members and wait until the cluster commits a write.
+    pub fn start(n: usize) -> Result<Self, String> {
+        let bin = etcd_bin();
+        if !bin.exists() {
+            return Err(format!(
+                "{} not found: install etcd-server (scripts/deps.sh)",
+                bin.display()
+            ));
+        }
+        let run = RunDir::create().map_err(|e| e.to_string())?;
+        let mut members = Vec::new();
+        for i in 0..n {
+            let name = format!("m{i}");
+            members.push(Member {
+                data: run.path().join(format!("etcd-{name}")),
+                log: run.path().join(format!("etcd-{name}.log")),
+                name,
+                client: free_port()?,
+                peer: free_port()?,
+                process: None,
+            });
+        }
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!("flowmesh-{}", run.id());
+        let mut c = EtcdCluster {
+            members,
+            initial_cluster,
+            token,
+            run,
+        };
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        c.wait_writable(Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let m = &self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .map_err(|e| format!("{}: {e}", m.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let client = format!("http://127.0.0.1:{}", m.client);
+        let peer = format!("http://127.0.0.1:{}", m.peer);
+        let mut cmd = Command::new(etcd_bin());
+        cmd.arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(&m.data)
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-token")
+            .arg(&self.token)
+            .arg("--initial-cluster-state")
+            .arg("new")
+            // Loopback: elections in well under a second.
+            .arg("--heartbeat-interval")
+            .arg("50")
+            .arg("--election-timeout")
+            .arg("500")
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+        let p = TrackedProcess::spawn(format!("etcd {}", m.name), &mut cmd)
+            .map_err(|e| e.to_string())?;
+        self.members[i].process = Some(p);
+        Ok(())
+    }
+
+    /// Every member's client URL, comma-separated (for `--etcd-endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// How many members there are.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the cluster has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// SIGKILL member `i` (its data directory stays).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].process.take() {
+            p.kill_now();
+        }
+    }
+
+    /// Start member `i` again on its ports and data directory.
+    pub fn restart(&mut self, i: usize) -> Result<(), String> {
+        self.kill(i);
+        self.spawn(i)
+    }
+
+    /// `etcdctl` against the live members, with a short command timeout.
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoints())
+            .arg("--command-timeout=2s")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run etcdctl: {e} (install etcd-client)"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    /// Wait until a write commits (the cluster has a leader and quorum).
+    pub fn wait_writable(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.etcdctl(&["put", "/flowmesh-harness/health", "ok"]) {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "etcd cluster not writable after {timeout:?}: {e}; logs in {}",
+                        self.run.path().display()
+                    ))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The log of member `i`.
+    pub fn log_text(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log).unwrap_or_default()
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        self.run.remove();
+    }
+}
