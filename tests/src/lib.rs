@@ -13,6 +13,7 @@ pub mod bench;
 pub mod bins;
 pub mod cni;
 pub mod e2e;
+pub mod egress;
 pub mod error;
 pub mod netns;
 pub mod of_listener;
