@@ -2,7 +2,7 @@
 # Installs the Debian packages flowmesh's tests and demo need, when they are missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
-pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping ethtool nftables procps python3-grpcio)
+pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

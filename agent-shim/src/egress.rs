@@ -272,7 +272,9 @@ impl HostEgress {
     }
 }
 
-/// Sends a gratuitous ARP for `ip` on `iface` in the background (`arping -U`, iputils).
+/// Sends a gratuitous ARP for `ip` on `iface` in the background: Debian's `arping` package
+/// (`arping -U -S IP ... IP`: an unsolicited broadcast ARP whose sender and target are the egress
+/// IP, which updates existing neighbour entries; iputils-arping's flags differ).
 fn announce(iface: String, ip: Ipv4Addr) {
     tokio::spawn(async move {
         let r = Command::new("arping")
@@ -290,10 +292,12 @@ fn announce(iface: String, ip: Ipv4Addr) {
             .status()
             .await;
         match r {
-            // iputils arping exits 1 in -U mode when nobody answers, which is the normal case.
+            // arping exits 1 in -U mode when nobody answers, which is the normal case.
             Ok(s) if s.success() || s.code() == Some(1) => {}
             Ok(s) => warn!(%ip, %iface, status = %s, "arping failed"),
-            Err(e) => warn!(%ip, %iface, error = %e, "cannot run arping (install iputils-arping)"),
+            Err(e) => {
+                warn!(%ip, %iface, error = %e, "cannot run arping (install the arping package)")
+            }
         }
     });
 }

@@ -468,6 +468,23 @@ fn automatic_failover_moves_the_ip_without_leaking() {
     assert_eq!(f.leaked, 0, "probes from a node's own address");
     assert_eq!(l.placed_on("shop", eip).as_deref(), Some("node3"));
     assert!(l.holds(3, eip), "node3 holds {eip}");
+    // The outside host learnt the new holder from the gratuitous ARP: answers come back.
+    let mac3 = l.c.lab.node(3).expect("node3").phy_mac().to_owned();
+    let neigh = || {
+        l.c.lab
+            .run_in(&l.out_ns, "ip", &["neigh", "show", &eip.to_string()])
+            .expect("ip neigh")
+    };
+    let learnt = wait_for(Duration::from_secs(5), || {
+        neigh().contains(&mac3).then_some(())
+    });
+    assert!(
+        learnt.is_some(),
+        "the outside host's ARP entry for {eip} is not node3's ({mac3}): {}\n---- node3 shim ----\n{}",
+        neigh(),
+        flowmesh_tests::cni::log_tail(&l.c.shims[2].log, 20)
+    );
+    assert_eq!(l.tcp_src(&shop1.ns), Some(eip), "TCP through node3");
 
     // node2 back: the IP stays on node3; node2's shim releases what its table still lists.
     revive_node(&mut l.c, 2).expect("revive node2");
