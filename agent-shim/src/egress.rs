@@ -281,14 +281,16 @@ fn announce(iface: String, ip: Ipv4Addr) {
             .args([
                 "-q",
                 "-U",
+                "-S",
+                &ip.to_string(),
                 "-c",
                 "2",
                 "-w",
                 "2",
                 "-I",
-                &iface,
-                &ip.to_string(),
             ])
+            .arg(&iface)
+            .arg(ip.to_string())
             .status()
             .await;
         match r {
