@@ -10,6 +10,10 @@
 //! interval bounds its resolution); then the node is brought back and the switches resynced.
 //! A probe seen from a node's own address counts as leaked.
 //!
+//! The controller and shim binaries come from `FLOWMESH_CONTROLLER_BIN_DIR` and
+//! `FLOWMESH_SHIM_BIN_DIR` (required here: the harness's build-on-demand expects a test
+//! executable under `target/<profile>/deps/`), e.g. both `target/release`.
+//!
 //! Ends with one line: `kills= failover_min_ms= failover_p50_ms= failover_max_ms=
 //! failover_mean_ms= missed= leaked_probes= echo_interval_s= probe_interval_ms=`.
 
@@ -56,6 +60,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
     }
     if !(1..=1000).contains(&probe_ms) {
         return Err("--probe-interval-ms is 1 to 1000".into());
+    }
+    for var in ["FLOWMESH_CONTROLLER_BIN_DIR", "FLOWMESH_SHIM_BIN_DIR"] {
+        if std::env::var_os(var).is_none() {
+            return Err(format!(
+                "set {var} to the directory of the binaries to measure (e.g. target/release after \
+                 cargo build --release -p controller -p agent-shim)"
+            ));
+        }
     }
     let mut opts = ControllerOptions::multitenant();
     opts.log = "warn".into();
