@@ -7,8 +7,9 @@
 //!   on nodes 1, 2 and 3 reach the outside host from the egress IP (TCP and UDP), `web` from
 //!   its node's address; pod-to-pod and pod-to-"service" (an address on the pod's own host)
 //!   unchanged; the outside host cannot open a connection to the egress IP; two egress IPs
-//!   share new connections; controller and shims restarted with unchanged state: no flow mod,
-//!   no address or nftables change, no probe lost; clearing the egress IPs releases everything.
+//!   share new connections; an egress IP removed behind the shim's back comes back; controller
+//!   and shims restarted with unchanged state: no flow mod, no address or nftables change, no
+//!   probe lost; clearing the egress IPs releases everything.
 //! * `automatic_failover_moves_the_ip_without_leaking`: egressCIDRs on nodes 2 and 3; a pod
 //!   probes every 20 ms; node2 is killed (underlay link down, shim and OVS stopped); the gap
 //!   until probes come from the egress IP via node3 is printed; no probe ever came from a
@@ -229,6 +230,19 @@ fn egress_ips_carry_a_namespaces_outside_traffic() {
         (l.tcp_src(&shop[0].ns) == Some(eip1)).then_some(())
     });
     assert!(l.holds(2, eip1), "node2 holds {eip1}");
+    // Removed behind the shim's back: the next reconcile puts it back.
+    let n2ns = l.node_ns(2);
+    l.c.lab
+        .run_in(
+            &n2ns,
+            "ip",
+            &["addr", "del", &format!("{eip1}/32"), "dev", "br-phy"],
+        )
+        .expect("remove the egress IP");
+    assert!(!l.holds(2, eip1));
+    settle("node2's shim re-adds the egress IP", || {
+        l.holds(2, eip1).then_some(())
+    });
     for p in &shop {
         for _ in 0..3 {
             assert_eq!(l.tcp_src(&p.ns), Some(eip1), "{} over TCP", p.ns);
