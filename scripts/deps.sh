@@ -3,8 +3,9 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
 # protobuf-compiler + libprotobuf-dev: the etcd-client crate compiles etcd's protos at build time;
-# etcd-server: the etcd datastore tests run a real 3-member cluster.
-pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping ethtool nftables procps python3-grpcio
+# etcd-server: the etcd datastore tests run a real 3-member cluster; arping: the shim's
+# gratuitous ARP for egress IPs.
+pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
     protobuf-compiler libprotobuf-dev etcd-server)
 missing=()
 for p in "${pkgs[@]}"; do

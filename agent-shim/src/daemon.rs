@@ -52,6 +52,11 @@ pub struct Args {
     /// Deadline of each node API call, in seconds (AttachPod waits for the flows).
     #[arg(long, default_value_t = 30)]
     pub node_api_timeout: u64,
+    /// Milliseconds between egress-IP reconciles (re-adding an address removed behind the
+    /// shim's back, repairing the egress nftables table); lists from the controller apply at
+    /// once.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..))]
+    pub egress_reconcile_interval_ms: u64,
     /// Register and set the node up, print the changes made as JSON, and exit.
     #[arg(long)]
     pub setup_only: bool,
@@ -147,6 +152,12 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         println!("{}", serde_json::json!({ "changes": changes }));
         return Ok(());
     }
+    tokio::spawn(crate::egress::run(
+        api.clone(),
+        settings.node.clone(),
+        crate::egress::HostEgress::new(nl.clone(), args.node_ip),
+        Duration::from_millis(args.egress_reconcile_interval_ms),
+    ));
     let listener = server::bind(&args.cni_socket)?;
     info!(socket = %args.cni_socket.display(), "serving CNI requests");
     let pods = Arc::new(PodManager::new(

@@ -5,11 +5,13 @@
 //!   [`plugin`]: the plugin's logic.
 //! * [`node`]: node setup; [`pod`]: ADD/DEL/CHECK/GC/STATUS; [`server`]: the CNI socket;
 //!   [`daemon`]: the shim's main loop.
+//! * [`egress`]: the egress node's half of egress IPs (address, ARP, SNAT).
 //! * [`ovs`] (ovs-vsctl), [`netlink`] (rtnetlink), [`nft`] (nftables), [`nodeapi`] (the
 //!   controller's gRPC node API), [`net`] (IPv4 prefixes, pod MACs).
 
 pub mod cni;
 pub mod daemon;
+pub mod egress;
 pub mod net;
 pub mod netlink;
 pub mod nft;

@@ -145,6 +145,28 @@ impl Netlink {
         }
     }
 
+    /// The name of link `index`, if it exists.
+    pub async fn link_name(&self, index: u32) -> Result<Option<String>, NetlinkError> {
+        let r = self
+            .handle
+            .link()
+            .get()
+            .match_index(index)
+            .execute()
+            .try_next()
+            .await;
+        match r {
+            Ok(m) => Ok(m.and_then(|m| {
+                m.attributes.into_iter().find_map(|a| match a {
+                    LinkAttribute::IfName(n) => Some(n),
+                    _ => None,
+                })
+            })),
+            Err(e) if errno(&e) == Some(ENODEV) => Ok(None),
+            Err(e) => Err(req(format!("look up link {index}"))(e)),
+        }
+    }
+
     /// The link named `name`, or an error saying it is missing.
     pub async fn require_link(&self, name: &str) -> Result<LinkMessage, NetlinkError> {
         self.link(name)
@@ -276,6 +298,59 @@ impl Netlink {
             Err(e) if errno(&e) == Some(EEXIST) => Ok(false),
             Err(e) => Err(req(format!("add address {addr} to link {index}"))(e)),
         }
+    }
+
+    /// Every IPv4 address of the namespace with its link index.
+    pub async fn all_ipv4_addrs(&self) -> Result<Vec<(u32, Ipv4Net)>, NetlinkError> {
+        let msgs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(req("list addresses"))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(IpAddr::V4(ip)) => {
+                        Ipv4Net::new(*ip, m.header.prefix_len).map(|n| (m.header.index, n))
+                    }
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
+    /// Removes an IPv4 address from a link; false when it was not there.
+    pub async fn del_addr(&self, index: u32, addr: Ipv4Net) -> Result<bool, NetlinkError> {
+        let msgs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(req(format!("list addresses of link {index}")))?;
+        for m in msgs {
+            let this = m.header.index == index
+                && m.header.prefix_len == addr.prefix()
+                && m.attributes.iter().any(|a| {
+                    matches!(a, AddressAttribute::Address(IpAddr::V4(ip)) if *ip == addr.addr())
+                });
+            if this {
+                self.handle
+                    .address()
+                    .del(m)
+                    .execute()
+                    .await
+                    .map_err(req(format!("remove address {addr} from link {index}")))?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// IPv4 routes of the main table.

@@ -61,10 +61,15 @@ pub fn same_ruleset(a: &str, b: &str) -> bool {
 
 /// The current table as nft lists it (None when it does not exist).
 pub async fn current() -> Result<Option<String>, NftError> {
-    let out = Command::new("nft")
-        .args(["list", "table", "ip", "flowmesh"])
-        .output()
-        .await?;
+    current_table(TABLE).await
+}
+
+/// Table `table` (`FAMILY NAME`, e.g. `ip flowmesh`) as nft lists it (None when it does not
+/// exist).
+pub async fn current_table(table: &str) -> Result<Option<String>, NftError> {
+    let mut args = vec!["list", "table"];
+    args.extend(table.split_whitespace());
+    let out = Command::new("nft").args(&args).output().await?;
     Ok(out
         .status
         .success()
@@ -74,15 +79,34 @@ pub async fn current() -> Result<Option<String>, NftError> {
 /// Makes the table match `render(cluster_networks)`; replaces it atomically (one `nft -f`
 /// transaction) only when it differs. Returns whether it changed anything.
 pub async fn ensure(cluster_networks: &[Ipv4Net]) -> Result<bool, NftError> {
-    let want = render(cluster_networks);
-    if current()
+    ensure_table(TABLE, &render(cluster_networks)).await
+}
+
+/// Makes table `table` (`FAMILY NAME`) read `want` (which must be written as `nft list table`
+/// prints it); replaces it atomically only when it differs. Returns whether it changed.
+pub async fn ensure_table(table: &str, want: &str) -> Result<bool, NftError> {
+    if current_table(table)
         .await?
-        .is_some_and(|have| same_ruleset(&have, &want))
+        .is_some_and(|have| same_ruleset(&have, want))
     {
         return Ok(false);
     }
     // Declaring the table first makes the delete valid whether or not it exists.
-    let script = format!("table {TABLE}\ndelete table {TABLE}\n{want}");
+    run_script(&format!("table {table}\ndelete table {table}\n{want}")).await?;
+    Ok(true)
+}
+
+/// Removes table `table` (`FAMILY NAME`) if it exists; returns whether it did.
+pub async fn delete_table(table: &str) -> Result<bool, NftError> {
+    if current_table(table).await?.is_none() {
+        return Ok(false);
+    }
+    run_script(&format!("delete table {table}\n")).await?;
+    Ok(true)
+}
+
+/// Runs one `nft -f -` transaction.
+async fn run_script(script: &str) -> Result<(), NftError> {
     let mut child = Command::new("nft")
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -99,7 +123,7 @@ pub async fn ensure(cluster_networks: &[Ipv4Net]) -> Result<bool, NftError> {
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]

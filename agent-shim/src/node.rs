@@ -373,6 +373,12 @@ pub async fn ensure_host_network(
     if nl.ensure_addr(idx, gw).await? {
         changes.push(format!("tun0 address {gw}"));
     }
+    // Table 101's local egress bucket addresses tun0 by this MAC.
+    let mac = crate::net::pod_mac(s.gateway);
+    if crate::netlink::link_mac(&tun).as_deref() != Some(&mac[..]) {
+        nl.set_mac(idx, mac).await?;
+        changes.push(format!("tun0 MAC {}", crate::net::mac_to_string(&mac)));
+    }
     if !is_up(&tun) {
         nl.set_up(idx).await?;
         changes.push("tun0 up".into());

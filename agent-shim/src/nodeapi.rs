@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use proto::node::node_api_client::NodeApiClient;
 use proto::node::{
-    AttachPodRequest, DetachPodRequest, NodeConfig, PodNetwork, RegisterNodeRequest,
+    AttachPodRequest, DetachPodRequest, EgressAssignments, NodeConfig, PodNetwork,
+    RegisterNodeRequest, WatchEgressRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
@@ -106,5 +107,20 @@ impl NodeApi {
             .await
             .map(|r| r.into_inner().existed)
             .map_err(self.err("DetachPod"))
+    }
+
+    /// WatchEgress: the stream of this node's egress IPs (see [`crate::egress`]).
+    pub async fn watch_egress(
+        &self,
+        node: &str,
+    ) -> Result<tonic::Streaming<EgressAssignments>, NodeApiError> {
+        self.client
+            .clone()
+            .watch_egress(WatchEgressRequest {
+                node: node.to_owned(),
+            })
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(self.err("WatchEgress"))
     }
 }

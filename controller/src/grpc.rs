@@ -799,4 +799,13 @@ impl NodeApi for NodeService {
         let existed = ops::detach_pod(&self.core, r.namespace, r.name).await?;
         Ok(Response::new(pn::DetachPodReply { existed }))
     }
+
+    type WatchEgressStream = crate::egress_watch::AssignmentStream;
+
+    async fn watch_egress(
+        &self,
+        r: Request<pn::WatchEgressRequest>,
+    ) -> Result<Response<Self::WatchEgressStream>, Status> {
+        crate::egress_watch::watch(&self.core, r.into_inner().node).await
+    }
 }

@@ -7,6 +7,7 @@ pub mod core;
 pub mod egress_api;
 pub mod egress_dns;
 pub mod egress_firewall;
+pub mod egress_watch;
 pub mod error;
 pub mod grpc;
 pub mod link;

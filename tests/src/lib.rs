@@ -14,6 +14,7 @@ pub mod bins;
 pub mod cni;
 pub mod dns;
 pub mod e2e;
+pub mod egress;
 pub mod error;
 pub mod etcd;
 pub mod netns;

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod compute;
 pub mod egressfw;
+pub mod egressip;
 pub mod flows;
 pub mod netpol;
 pub mod push;

@@ -156,6 +156,16 @@ impl NodeApi for Fake {
         let existed = st.pods.remove(&(r.namespace, r.name)).is_some();
         Ok(Response::new(DetachPodReply { existed }))
     }
+
+    type WatchEgressStream = tonic::codegen::BoxStream<proto::node::EgressAssignments>;
+
+    /// The fake has no egress IPs to hand out: the shim keeps retrying and holds nothing.
+    async fn watch_egress(
+        &self,
+        _: Request<proto::node::WatchEgressRequest>,
+    ) -> Result<Response<Self::WatchEgressStream>, Status> {
+        Err(Status::unimplemented("the fake node API has no egress IPs"))
+    }
 }
 
 /// A running fake node API; stopped on drop.

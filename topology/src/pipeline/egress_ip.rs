@@ -14,11 +14,12 @@
 //! | 100 | `ip,reg0=V` | `group:V`, preceded by `ct(commit)` when every bucket is remote; drop when V has no usable egress IP |
 //!
 //! Group `V` (select): on a node hosting one of V's IPs, only the local bucket
-//! `set_field:<gateway MAC>->eth_dst,set_field:<mark>->pkt_mark,output:2` (the host SNATs the
-//! mark to the egress IP); elsewhere one bucket per usable egress node
+//! `set_field:<egress MAC>->eth_src,set_field:<gateway MAC>->eth_dst,set_field:<mark>->pkt_mark,
+//! output:2` (the host marks what arrives on tun0 from the egress MAC and SNATs the mark to the
+//! egress IP; the kernel datapath also carries `pkt_mark` into the skb mark); elsewhere one bucket per usable egress node
 //! `move:reg0->tun_id[0..31],set_field:<node IP>->tun_dst,output:1`. The gateway MAC is
 //! `0a:58:` + the gateway IPv4 bytes (the shim gives tun0 that address); the mark is
-//! [`egress_mark`]`(V)`. Traffic tunnelled to the egress node keeps reg0 = V, so there it goes
+//! [`egress_mark`]`(V)`; the egress MAC is [`egress_src_mac`]`(V)`. Traffic tunnelled to the egress node keeps reg0 = V, so there it goes
 //! 0 → 10 → 30 → 31 → 99 → 100 → 101 like local traffic (the egress firewall of table 100
 //! applies on the egress node too) and takes the local bucket.
 
@@ -46,6 +47,14 @@ pub fn egress_cookie(netid: u32) -> u64 {
 /// egress traffic handed to the egress node's host.
 pub fn gateway_mac(node: &NodeInfo) -> [u8; 6] {
     pod_mac(node.gateway())
+}
+
+/// The source MAC the local bucket of NETID `netid`'s group writes (`0a:59:00` + the NETID's
+/// three bytes): the egress node's host selects the NETID's SNAT by it, because with the
+/// userspace datapath the packet mark does not reach the kernel (see docs/pipeline.md).
+pub fn egress_src_mac(netid: u32) -> [u8; 6] {
+    let b = netid.to_be_bytes();
+    [0x0a, 0x59, 0x00, b[1], b[2], b[3]]
 }
 
 /// Table 101's flows and the egress groups of `node`, sorted.
@@ -92,6 +101,7 @@ pub fn egress_flows_for(
             vec![Bucket {
                 weight: BUCKET_WEIGHT,
                 ..Bucket::new(vec![
+                    Action::set_field(Field::EthSrc, &egress_src_mac(netid)),
                     Action::set_field(Field::EthDst, &gateway_mac(node)),
                     Action::set_field_u64(Field::PktMark, u64::from(egress_mark(netid))),
                     Action::output(OFPORT_TUN0),
@@ -282,6 +292,7 @@ mod tests {
         assert_eq!(
             groups[0].buckets[0].actions,
             vec![
+                Action::set_field(Field::EthSrc, &egress_src_mac(netid)),
                 Action::set_field(Field::EthDst, &gateway_mac(&n2)),
                 Action::set_field_u64(Field::PktMark, u64::from(egress_mark(netid))),
                 Action::output(2),
@@ -581,6 +592,20 @@ mod tests {
         assert_eq!(plan.ips[&ip("192.168.0.101")].node.as_deref(), Some("n1"));
         let r = ClusterModel::restore(&m.snapshot()).expect("restore");
         assert_eq!(r.egress_plan(), plan);
+    }
+
+    #[test]
+    fn egress_macs_are_local_unicast_and_carry_the_netid() {
+        assert_eq!(
+            egress_src_mac(0x00ab_cdef),
+            [0x0a, 0x59, 0, 0xab, 0xcd, 0xef]
+        );
+        assert_eq!(egress_src_mac(0), [0x0a, 0x59, 0, 0, 0, 0]);
+        assert_eq!(
+            egress_src_mac(1)[0] & 0x03,
+            0x02,
+            "locally administered unicast"
+        );
     }
 
     #[test]
