@@ -236,6 +236,7 @@ fn read_only_admin_reads_but_changes_nothing_and_bad_certificates_are_refused() 
             .ctl_output_as(&c.lab, "read-only-viewer", args)
             .expect("run");
         let err = String::from_utf8_lossy(&out.stderr).to_string();
+        eprintln!("read-only {args:?}: {}", err.trim());
         assert!(!out.status.success(), "read-only {args:?} succeeded");
         assert!(
             err.to_lowercase().contains("read-only")
@@ -297,6 +298,7 @@ fn read_only_admin_reads_but_changes_nothing_and_bad_certificates_are_refused() 
         })
     });
     for (what, r) in &results {
+        eprintln!("{what}: {r:?}");
         assert!(r.is_err(), "{what} was accepted");
     }
     assert_eq!(snapshot(&c), before, "refused callers changed nothing");
