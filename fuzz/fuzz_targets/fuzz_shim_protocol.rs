@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     let req = match serde_json::from_slice::<ShimRequest>(data) {
         Ok(r) => r,
         Err(e) => {
-            let resp = ShimResponse::Error(CniError::new(code::DECODE, "malformed request", e.to_string()));
+            let resp = ShimResponse::Error(CniError::new(
+                code::DECODE,
+                "malformed request",
+                e.to_string(),
+            ));
             serde_json::to_vec(&resp).expect("error responses encode");
             return;
         }
