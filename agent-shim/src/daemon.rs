@@ -34,9 +34,21 @@ pub struct Args {
     /// The controller's node API (gRPC), e.g. http://172.31.0.254:6640.
     #[arg(long)]
     pub controller: String,
-    /// OpenFlow controller target set on the bridge, e.g. tcp:172.31.0.254:6653.
+    /// OpenFlow controller target set on the bridge, e.g. tcp:172.31.0.254:6653. An ssl:
+    /// target makes the switch use --cert/--key/--ca too (`ovs-vsctl set-ssl`).
     #[arg(long)]
     pub openflow_target: Option<String>,
+    /// PEM CA certificate that signed the controller's certificate. With --cert and --key:
+    /// the node API over TLS (https:// --controller) with this node's certificate
+    /// (CN=system:node:NAME, O=system:nodes; see docs/security.md).
+    #[arg(long, requires_all = ["cert", "key"])]
+    pub ca: Option<PathBuf>,
+    /// PEM certificate of this node.
+    #[arg(long, requires_all = ["ca", "key"])]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, requires_all = ["ca", "cert"])]
+    pub key: Option<PathBuf>,
     /// Datapath id of the bridge, hexadecimal (1 to 16 digits, optional 0x).
     #[arg(long, value_parser = parse_dpid)]
     pub dpid: u64,
@@ -89,6 +101,12 @@ pub enum DaemonError {
     /// Bad --controller URL.
     #[error("bad --controller URL {0}")]
     Url(String),
+    /// Unusable --ca/--cert/--key.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// OVS refused the switch's SSL settings.
+    #[error("ovs-vsctl set-ssl: {0}")]
+    SwitchSsl(String),
     /// RegisterNode was refused.
     #[error(transparent)]
     Register(#[from] NodeApiError),
@@ -129,12 +147,50 @@ async fn register(api: &NodeApi, args: &Args) -> Result<proto::node::NodeConfig,
 
 /// Runs the shim.
 pub async fn run(args: Args) -> Result<(), DaemonError> {
-    let api = NodeApi::new(&args.controller, Duration::from_secs(args.node_api_timeout))
-        .map_err(|e| DaemonError::Url(format!("{}: {e}", args.controller)))?;
+    let tls = match (&args.ca, &args.cert, &args.key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            Some(crate::nodeapi::client_tls(ca, cert, key).map_err(DaemonError::Tls)?)
+        }
+        _ => None,
+    };
+    if tls.is_some() && !args.controller.starts_with("https://") {
+        return Err(DaemonError::Url(format!(
+            "{}: with --ca/--cert/--key the controller URL must be https://",
+            args.controller
+        )));
+    }
+    if tls.is_none() && args.controller.starts_with("https://") {
+        return Err(DaemonError::Tls(
+            "an https:// controller needs --ca, --cert and --key (this node's certificate)".into(),
+        ));
+    }
+    let api = NodeApi::new(
+        &args.controller,
+        Duration::from_secs(args.node_api_timeout),
+        tls,
+    )
+    .map_err(|e| DaemonError::Url(format!("{}: {e}", args.controller)))?;
     let config = register(&api, &args).await?;
     let settings = NodeSettings::try_from(&config)?;
     info!(node = %settings.node, subnet = %settings.subnet, gateway = %settings.gateway, mtu = settings.mtu, "registered");
     let vsctl = Vsctl::default();
+    if let Some(target) = args
+        .openflow_target
+        .as_deref()
+        .filter(|t| t.starts_with("ssl:"))
+    {
+        let (Some(ca), Some(cert), Some(key)) = (&args.ca, &args.cert, &args.key) else {
+            return Err(DaemonError::Tls(format!(
+                "--openflow-target {target} needs --ca, --cert and --key (the switch presents this node's certificate)"
+            )));
+        };
+        let paths = [key, cert, ca].map(|p| p.display().to_string());
+        vsctl
+            .run(&["set-ssl", &paths[0], &paths[1], &paths[2]])
+            .await
+            .map_err(|e| DaemonError::SwitchSsl(e.to_string()))?;
+        info!(cert = %paths[1], "switch SSL set: br0 presents this node's certificate to the controller");
+    }
     let nl = Netlink::connect()?;
     let spec = BridgeSpec {
         bridge: args.bridge.clone(),

@@ -59,12 +59,38 @@ impl NodeApiError {
     }
 }
 
+/// Client TLS from PEM files: the CA of the controller's certificate, this node's certificate
+/// and key (read now, so a bad path fails at start with its name).
+pub fn client_tls(
+    ca: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<tonic::transport::ClientTlsConfig, String> {
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+    };
+    Ok(tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca", ca)?))
+        .identity(tonic::transport::Identity::from_pem(
+            read("--cert", cert)?,
+            read("--key", key)?,
+        )))
+}
+
 impl NodeApi {
-    /// A client for `url` (`http://IP:PORT`); `timeout` bounds each call.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, tonic::transport::Error> {
-        let ep = Endpoint::from_shared(url.to_owned())?
+    /// A client for `url` (`http://IP:PORT`, or `https://` with `tls`); `timeout` bounds
+    /// each call.
+    pub fn new(
+        url: &str,
+        timeout: Duration,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> Result<Self, tonic::transport::Error> {
+        let mut ep = Endpoint::from_shared(url.to_owned())?
             .connect_timeout(Duration::from_secs(3))
             .timeout(timeout);
+        if let Some(t) = tls {
+            ep = ep.tls_config(t)?;
+        }
         Ok(NodeApi {
             client: NodeApiClient::new(ep.connect_lazy()),
             url: url.to_owned(),

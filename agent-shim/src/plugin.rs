@@ -65,6 +65,48 @@ pub fn socket_path(get: &impl Fn(&str) -> Option<String>, conf: &NetConf) -> Pat
         .into()
 }
 
+/// Refuses a socket path that is (or sits in a directory that is) a symbolic link, that is
+/// not a socket, or that another user owns: the plugin runs as root and must talk only to
+/// the shim's own root-only socket. A missing socket passes (connect reports it).
+pub fn check_socket(socket: &std::path::Path) -> Result<(), CniError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let refuse = |detail: String| {
+        CniError::new(
+            code::IO_FAILURE,
+            "refusing the flowmesh-shim socket",
+            format!("socket {}: {detail}", socket.display()),
+        )
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(m) = std::fs::symlink_metadata(dir) {
+            if m.file_type().is_symlink() {
+                return Err(refuse(format!(
+                    "its directory {} is a symbolic link",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    let m = match std::fs::symlink_metadata(socket) {
+        Ok(m) => m,
+        Err(_) => return Ok(()),
+    };
+    if m.file_type().is_symlink() {
+        return Err(refuse("is a symbolic link".into()));
+    }
+    if !m.file_type().is_socket() {
+        return Err(refuse("is not a unix socket".into()));
+    }
+    if m.uid() != 0 && m.uid() != me {
+        return Err(refuse(format!(
+            "is owned by uid {}, not root (the shim's socket is root-only)",
+            m.uid()
+        )));
+    }
+    Ok(())
+}
+
 fn invoke(
     get: &impl Fn(&str) -> Option<String>,
     conf: &NetConf,
@@ -90,6 +132,7 @@ fn invoke(
         };
         CniError::new(c, msg, format!("socket {}: {e}", socket.display()))
     };
+    check_socket(&socket)?;
     let mut stream = UnixStream::connect(&socket).map_err(unavailable)?;
     let io = |what: &str, e: std::io::Error| {
         let c = if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut {
@@ -123,5 +166,51 @@ fn invoke(
     match response {
         ShimResponse::Ok { result } => Ok(result),
         ShimResponse::Error(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinked_or_foreign_sockets_are_refused() {
+        let dir = std::env::temp_dir().join(format!("flowmesh-plugin-sock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let real = dir.join("cni.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&real).expect("bind");
+        assert!(check_socket(&real).is_ok());
+        // A missing socket is for connect to report.
+        assert!(check_socket(&dir.join("absent.sock")).is_ok());
+        let link = dir.join("link.sock");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let e = check_socket(&link).expect_err("symlink refused");
+        assert_eq!(e.code, code::IO_FAILURE);
+        assert!(e.details.contains("symbolic link"), "{}", e.details);
+        let linked_dir = dir.join("linked-dir");
+        std::os::unix::fs::symlink(&dir, &linked_dir).expect("dir symlink");
+        assert!(check_socket(&linked_dir.join("cni.sock")).is_err());
+        let file = dir.join("plain");
+        std::fs::write(&file, b"x").expect("file");
+        assert!(check_socket(&file).is_err());
+        // Through the plugin: the invocation fails with the refusal, never reaching a shim.
+        let env = |k: &str| match k {
+            "CNI_COMMAND" => Some("ADD".to_string()),
+            "CNI_CONTAINERID" => Some("c1".to_string()),
+            "CNI_NETNS" => Some("/var/run/netns/x".to_string()),
+            "CNI_IFNAME" => Some("eth0".to_string()),
+            "CNI_PATH" => Some("/opt/cni/bin".to_string()),
+            "FLOWMESH_CNI_SOCKET" => Some(link.display().to_string()),
+            _ => None,
+        };
+        let out = run(
+            env,
+            br#"{"cniVersion":"1.0.0","name":"flowmesh","type":"flowmesh-cni"}"#,
+        );
+        assert_eq!(out.exit_code, 1);
+        let text = out.stdout.map(|v| v.to_string()).unwrap_or_default();
+        assert!(text.contains("symbolic link"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

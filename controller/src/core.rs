@@ -1015,7 +1015,13 @@ impl Core {
             self.metrics.clone(),
         );
         self.reconcilers.insert(node.to_string(), h.clone());
-        if let Some(dpid) = self.model.node(node).map(|n| n.dpid) {
+        // A switch whose certificate names another node stays an unknown datapath.
+        if let Some(dpid) = self
+            .model
+            .node(node)
+            .map(|n| n.dpid)
+            .filter(|d| self.connected.get(d).is_none_or(|(_, l)| l.may_serve(node)))
+        {
             let old = self.unknown.remove(&dpid);
             let link = self
                 .connected
@@ -1076,7 +1082,12 @@ impl Core {
     async fn switch_up(&mut self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>) {
         let peer = link.peer();
         self.connected.insert(dpid, (conn_id, link.clone()));
-        match self.model.node_by_dpid(dpid).map(|n| n.name.clone()) {
+        match self
+            .model
+            .node_by_dpid(dpid)
+            .map(|n| n.name.clone())
+            .filter(|n| link.may_serve(n))
+        {
             Some(node) => {
                 let h = self.reconciler_for(&node);
                 let _ = h.tx.send(ReconcileCmd::Connected {

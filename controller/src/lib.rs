@@ -2,6 +2,8 @@
 //! gRPC services and metrics.
 
 pub mod apply;
+pub mod auth;
+pub mod certs;
 pub mod cli;
 pub mod core;
 pub mod egress_api;

@@ -55,6 +55,12 @@ pub trait SwitchLink: Send + Sync + 'static {
     /// The switch's ports as (name, OpenFlow port number), as last reported by the switch
     /// (PORT_DESC at connect, kept up to date by PORT_STATUS).
     fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>>;
+    /// Whether this connection may drive `node`'s switch. True unless the switch
+    /// authenticated (OpenFlow TLS) with a certificate that does not name `node`: such a
+    /// switch is treated as an unknown datapath (default drop only).
+    fn may_serve(&self, _node: &str) -> bool {
+        true
+    }
 }
 
 impl std::fmt::Display for SwitchChange {

@@ -1,8 +1,9 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
 //! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
 
+use crate::auth::{AuthzLayer, NodeGuard};
 use crate::core::{Core, CoreConfig, CoreHandle};
-use crate::grpc::{AdminService, NodeService};
+use crate::grpc::AdminService;
 use crate::metrics::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
@@ -36,6 +37,20 @@ pub struct ServerConfig {
     pub egress_dns: crate::egress_dns::DnsConfig,
     /// Where desired state lives (None: the embedded database in `data_dir`).
     pub etcd: Option<crate::state::etcd::EtcdConfig>,
+    /// TLS with client certificates for the gRPC APIs. None: plaintext, allowed only when
+    /// `grpc_listen` is a loopback address.
+    pub grpc_tls: Option<GrpcTls>,
+}
+
+/// PEM files of the gRPC listener's TLS (docs/security.md).
+#[derive(Clone, Debug)]
+pub struct GrpcTls {
+    /// The controller's certificate (chain).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA whose signature every client certificate must carry.
+    pub client_ca: PathBuf,
 }
 
 /// Why the controller could not start.
@@ -50,6 +65,12 @@ pub enum StartError {
     /// The OpenFlow TLS files are unusable.
     #[error("OpenFlow TLS: {0}")]
     Tls(#[from] ofproto::session::TlsError),
+    /// The gRPC TLS files are unusable.
+    #[error("gRPC TLS: {0}")]
+    GrpcTls(String),
+    /// Plaintext gRPC on an address other hosts can reach.
+    #[error("refusing to serve the admin and node APIs in plaintext on {0}, which is not a loopback address: anyone who reaches it could change the cluster network. Give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (see docs/security.md; `flowmeshctl certs` makes a lab CA), or listen on 127.0.0.1")]
+    PlaintextNotLoopback(SocketAddr),
     /// A listen address is busy or not allowed.
     #[error("cannot listen on {what} {addr}: {source} (is another flowmesh-controller running? choose another address with {flag})")]
     Listen {
@@ -191,6 +212,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         pods = model.pod_count(),
         "state loaded"
     );
+    let grpc_tls = grpc_tls_config(&cfg)?;
+    let grpc_enforce = grpc_tls.is_some();
+    let grpc_server = match grpc_tls {
+        Some(t) => tonic::transport::Server::builder()
+            .tls_config(t)
+            .map_err(|e| StartError::GrpcTls(tls_error_chain(&e)))?,
+        None => tonic::transport::Server::builder(),
+    };
     // Bind every listener before starting anything, so a busy port fails cleanly.
     let grpc = bind("gRPC", "--grpc-listen", cfg.grpc_listen).await?;
     let tls = match &cfg.openflow_tls {
@@ -239,7 +268,12 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = vec![(
         "gRPC",
-        tokio::spawn(serve_grpc(core.clone(), grpc, stopped(stop_rx.clone()))),
+        tokio::spawn(serve_grpc(
+            core.clone(),
+            grpc,
+            (grpc_server, grpc_enforce),
+            stopped(stop_rx.clone()),
+        )),
     )];
     if let Some(l) = metrics_l {
         servers.push((
@@ -264,9 +298,66 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     })
 }
 
+/// The gRPC listener's TLS, or None for plaintext on loopback (logged); plaintext elsewhere
+/// is refused.
+fn grpc_tls_config(
+    cfg: &ServerConfig,
+) -> Result<Option<tonic::transport::ServerTlsConfig>, StartError> {
+    let Some(t) = &cfg.grpc_tls else {
+        if !cfg.grpc_listen.ip().is_loopback() {
+            return Err(StartError::PlaintextNotLoopback(cfg.grpc_listen));
+        }
+        tracing::warn!(
+            addr = %cfg.grpc_listen,
+            "gRPC in plaintext on loopback, without authentication: every local user has full admin and node API access (use --grpc-tls-cert/--grpc-tls-key/--grpc-client-ca for TLS with client certificates)"
+        );
+        return Ok(None);
+    };
+    let read = |what: &str, p: &PathBuf| {
+        std::fs::read(p)
+            .map_err(|e| StartError::GrpcTls(format!("reading {what} {}: {e}", p.display())))
+    };
+    let cert = read("certificate (--grpc-tls-cert)", &t.cert)?;
+    let key = read("private key (--grpc-tls-key)", &t.key)?;
+    let ca = read("client CA (--grpc-client-ca)", &t.client_ca)?;
+    // tonic loads the PEM lazily; check it here so a bad file fails at start with its name.
+    let pem_ok = |what: &str, p: &PathBuf, data: &[u8], tag: &str| {
+        if String::from_utf8_lossy(data).contains(tag) {
+            Ok(())
+        } else {
+            Err(StartError::GrpcTls(format!(
+                "{what} {}: no PEM {tag} block",
+                p.display()
+            )))
+        }
+    };
+    pem_ok("certificate", &t.cert, &cert, "-----BEGIN CERTIFICATE")?;
+    pem_ok("private key", &t.key, &key, "PRIVATE KEY-----")?;
+    pem_ok("client CA", &t.client_ca, &ca, "-----BEGIN CERTIFICATE")?;
+    tracing::info!(addr = %cfg.grpc_listen, "gRPC over TLS; clients need a certificate signed by {}", t.client_ca.display());
+    Ok(Some(
+        tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert, key))
+            .client_ca_root(tonic::transport::Certificate::from_pem(ca))
+            .timeout(Duration::from_secs(10)),
+    ))
+}
+
+fn tls_error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
 async fn serve_grpc(
     core: CoreHandle,
     listener: tokio::net::TcpListener,
+    (builder, enforce): (tonic::transport::Server, bool),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -274,7 +365,7 @@ async fn serve_grpc(
         .set_serving::<proto::admin::admin_server::AdminServer<AdminService>>()
         .await;
     health_reporter
-        .set_serving::<proto::node::node_api_server::NodeApiServer<NodeService>>()
+        .set_serving::<proto::node::node_api_server::NodeApiServer<NodeGuard>>()
         .await;
     // Both reflection versions (v1alpha is what many clients still speak), each listing every
     // served service: the APIs, health, and both reflection services.
@@ -299,14 +390,14 @@ async fn serve_grpc(
             })
         })
     };
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = builder.layer(AuthzLayer { enforce });
     let router = builder
         .add_service(health_service)
         .add_service(proto::admin::admin_server::AdminServer::new(
             AdminService::new(core.clone()),
         ))
         .add_service(proto::node::node_api_server::NodeApiServer::new(
-            NodeService::new(core),
+            NodeGuard::new(core),
         ));
     let router = match (reflection_v1, reflection_v1alpha) {
         (Ok(v1), Ok(v1alpha)) => router.add_service(v1).add_service(v1alpha),

@@ -12,6 +12,9 @@ use std::sync::Arc;
 pub struct SessionLink {
     handle: SwitchHandle,
     peer: String,
+    /// With OpenFlow TLS: the node the switch's certificate names (None: it names no node).
+    /// Without TLS: no binding.
+    cert_node: Option<Option<String>>,
 }
 
 fn request_error(e: RequestError) -> LinkError {
@@ -24,6 +27,13 @@ fn request_error(e: RequestError) -> LinkError {
 impl SwitchLink for SessionLink {
     fn peer(&self) -> String {
         self.peer.clone()
+    }
+
+    fn may_serve(&self, node: &str) -> bool {
+        match &self.cert_node {
+            None => true,
+            Some(named) => named.as_deref() == Some(node),
+        }
     }
 
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
@@ -87,11 +97,25 @@ pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
             SessionEvent::Ready {
                 conn,
                 peer,
+                peer_cert,
                 info,
                 handle,
                 ..
             } => {
-                let link = Arc::new(SessionLink { handle, peer });
+                let cert_node = peer_cert.map(|der| crate::auth::switch_node_of(&der));
+                if let Some(named) = &cert_node {
+                    tracing::info!(
+                        %peer,
+                        dpid = format!("{:#018x}", info.dpid),
+                        cert_node = named.as_deref().unwrap_or("(none)"),
+                        "switch authenticated; it may drive only the datapath of the node its certificate names (CN=system:node:NAME)"
+                    );
+                }
+                let link = Arc::new(SessionLink {
+                    handle,
+                    peer,
+                    cert_node,
+                });
                 core.switch_up(conn, info.dpid, link);
             }
             SessionEvent::Disconnected {

@@ -70,6 +70,9 @@ pub struct ShimOptions {
     pub datapath_type: Option<String>,
     /// Extra environment (e.g. `RUST_LOG`).
     pub env: Vec<(String, String)>,
+    /// Directory of the lab's certificates (`flowmeshctl certs lab`): node `n` gets
+    /// `--ca ca.pem --cert node-nodeN.pem --key node-nodeN-key.pem`. None: plaintext.
+    pub pki: Option<PathBuf>,
 }
 
 impl ShimOptions {
@@ -80,6 +83,7 @@ impl ShimOptions {
             openflow_target: None,
             datapath_type: Some("netdev".into()),
             env: vec![("RUST_LOG".into(), "debug".into())],
+            pki: None,
         }
     }
 }
@@ -124,6 +128,17 @@ fn shim_args(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Vec<String> {
     }
     if let Some(t) = &o.datapath_type {
         a.extend(["--datapath-type".into(), t.clone()]);
+    }
+    if let Some(pki) = &o.pki {
+        let f = |n: String| pki.join(n).display().to_string();
+        a.extend([
+            "--ca".into(),
+            f("ca.pem".into()),
+            "--cert".into(),
+            f(format!("node-node{node}.pem")),
+            "--key".into(),
+            f(format!("node-node{node}-key.pem")),
+        ]);
     }
     a
 }

@@ -16,7 +16,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -71,6 +71,43 @@ fn locate_or_build() -> std::result::Result<ControllerBins, String> {
     })
 }
 
+/// `flowmeshctl certs lab` into `dir`: a CA, the controller's certificate for the lab's
+/// controller address, one per node (`node1`...), `admin-admin` and `read-only-viewer`.
+pub fn make_lab_pki(lab: &NetnsLab, dir: &Path) -> Result<()> {
+    let bins = controller_bins()?;
+    let san = lab.controller_ip().to_string();
+    let mut args: Vec<String> = vec![
+        "certs".into(),
+        "lab".into(),
+        "--dir".into(),
+        dir.display().to_string(),
+        "--san".into(),
+        san,
+        "--days".into(),
+        "2".into(),
+    ];
+    for i in 1..=lab.nodes().len() {
+        args.extend(["--node".into(), format!("node{i}")]);
+    }
+    let out = std::process::Command::new(&bins.ctl)
+        .args(&args)
+        .output()
+        .map_err(|source| HarnessError::Io {
+            op: "run flowmeshctl certs lab into",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(HarnessError::CommandFailed {
+            command: format!("flowmeshctl {}", args.join(" ")),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// How to start the lab controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerOptions {
@@ -121,6 +158,9 @@ pub struct LabController {
     pub grpc: SocketAddrV4,
     /// OpenFlow address.
     pub openflow: SocketAddrV4,
+    /// The lab's certificates (`flowmeshctl certs lab`): the controller serves both APIs and
+    /// OpenFlow over TLS with them, each shim and switch uses its node's, `ctl` the admin's.
+    pub pki: PathBuf,
     opts: ControllerOptions,
 }
 
@@ -141,6 +181,8 @@ impl LabController {
             source,
         })?;
         let ip = lab.controller_ip();
+        let pki = dir.join("pki");
+        make_lab_pki(lab, &pki)?;
         let mut c = LabController {
             pid: None,
             logs: Vec::new(),
@@ -148,6 +190,7 @@ impl LabController {
             config,
             grpc: SocketAddrV4::new(ip, GRPC_PORT),
             openflow: SocketAddrV4::new(ip, OPENFLOW_PORT),
+            pki,
             opts: opts.clone(),
         };
         c.spawn(lab)?;
@@ -170,6 +213,17 @@ impl LabController {
             "--metrics-listen".into(),
             metrics,
         ];
+        let pem = |f: &str| self.pki.join(f).display().to_string();
+        for (flag, file) in [
+            ("--grpc-tls-cert", "controller.pem"),
+            ("--grpc-tls-key", "controller-key.pem"),
+            ("--grpc-client-ca", "ca.pem"),
+            ("--openflow-tls-cert", "controller.pem"),
+            ("--openflow-tls-key", "controller-key.pem"),
+            ("--openflow-ca", "ca.pem"),
+        ] {
+            args.extend([flag.to_string(), pem(file)]);
+        }
         args.extend(self.opts.extra.iter().cloned());
         let arg_ref: Vec<&str> = args.iter().map(String::as_str).collect();
         let p = lab.spawn_in(
@@ -217,18 +271,19 @@ impl LabController {
 
     /// Node API URL for shims.
     pub fn node_api_url(&self) -> String {
-        format!("http://{}", self.grpc)
+        format!("https://{}", self.grpc)
     }
 
-    /// OpenFlow target for bridges.
+    /// OpenFlow target for bridges (TLS: the switch presents its node's certificate).
     pub fn openflow_target(&self) -> String {
-        format!("tcp:{}", self.openflow)
+        format!("ssl:{}", self.openflow)
     }
 
     /// Shim options pointing at this controller (node API and OpenFlow target).
     pub fn shim_options(&self) -> ShimOptions {
         let mut o = ShimOptions::new(self.node_api_url());
         o.openflow_target = Some(self.openflow_target());
+        o.pki = Some(self.pki.clone());
         o.env = vec![("RUST_LOG".into(), "info".into())];
         o
     }
@@ -240,9 +295,33 @@ impl LabController {
 
     /// Runs `flowmeshctl --server <grpc> ARGS` inside the controller namespace; any exit.
     pub fn ctl_output(&self, lab: &NetnsLab, args: &[&str]) -> Result<Output> {
+        self.ctl_output_as(lab, "admin-admin", args)
+    }
+
+    /// Like [`LabController::ctl_output`] with the credentials `PKI/STEM.pem` (e.g.
+    /// `read-only-viewer`, `node-node1`).
+    pub fn ctl_output_as(&self, lab: &NetnsLab, stem: &str, args: &[&str]) -> Result<Output> {
         let bins = controller_bins()?;
-        let server = format!("http://{}", self.grpc);
-        let mut all = vec!["--server", server.as_str(), "--timeout", "20s"];
+        let server = format!("https://{}", self.grpc);
+        let ca = self.pki.join("ca.pem").display().to_string();
+        let cert = self.pki.join(format!("{stem}.pem")).display().to_string();
+        let key = self
+            .pki
+            .join(format!("{stem}-key.pem"))
+            .display()
+            .to_string();
+        let mut all = vec![
+            "--server",
+            server.as_str(),
+            "--timeout",
+            "20s",
+            "--ca",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+        ];
         all.extend_from_slice(args);
         lab.exec_in(lab.controller_ns(), &bins.ctl.display().to_string(), &all)
     }

@@ -49,6 +49,17 @@ struct Args {
     /// PEM CA certificate that signs the switches' certificates.
     #[arg(long, requires_all = ["openflow_tls_cert", "openflow_tls_key"])]
     openflow_ca: Option<PathBuf>,
+    /// PEM certificate of the controller for the gRPC APIs (with --grpc-tls-key and
+    /// --grpc-client-ca: TLS, and every client must present a certificate of that CA; see
+    /// docs/security.md). Without TLS, --grpc-listen must be a loopback address.
+    #[arg(long, requires_all = ["grpc_tls_key", "grpc_client_ca"])]
+    grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of --grpc-tls-cert.
+    #[arg(long, requires_all = ["grpc_tls_cert", "grpc_client_ca"])]
+    grpc_tls_key: Option<PathBuf>,
+    /// PEM CA certificate that signs the node, admin and read-only client certificates.
+    #[arg(long, requires_all = ["grpc_tls_cert", "grpc_tls_key"])]
+    grpc_client_ca: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `controller=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
@@ -253,6 +264,18 @@ async fn run(args: Args) -> ExitCode {
             },
             egress_dns: flowmesh_controller_dns(&args)?,
             etcd: etcd_config(&args)?,
+            grpc_tls: match (
+                &args.grpc_tls_cert,
+                &args.grpc_tls_key,
+                &args.grpc_client_ca,
+            ) {
+                (Some(c), Some(k), Some(a)) => Some(controller::server::GrpcTls {
+                    cert: c.clone(),
+                    key: k.clone(),
+                    client_ca: a.clone(),
+                }),
+                _ => None,
+            },
         })
     })();
     let grace = match seconds("--shutdown-grace", args.shutdown_grace) {

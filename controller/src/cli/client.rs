@@ -7,7 +7,21 @@ use proto::admin::admin_client::AdminClient;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
+use super::config::ClientTls;
 use super::errors::{error_chain, CliError, Operation};
+
+/// tonic's client TLS from the PEM files (read now, so a bad path fails with its name).
+pub fn client_tls(t: &ClientTls) -> Result<tonic::transport::ClientTlsConfig, CliError> {
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| CliError::Usage(format!("{flag} {}: {e}", p.display())))
+    };
+    let ca = read("--ca", &t.ca)?;
+    let cert = read("--cert", &t.cert)?;
+    let key = read("--key", &t.key)?;
+    Ok(tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .identity(tonic::transport::Identity::from_pem(cert, key)))
+}
 
 /// A connected admin API client with the deadline every unary call gets.
 pub struct Conn {
@@ -21,14 +35,23 @@ pub struct Conn {
 
 impl Conn {
     /// Connect to the controller (fails fast with [`CliError::Unreachable`]).
-    pub async fn connect(server: &str, timeout: Duration) -> Result<Conn, CliError> {
+    pub async fn connect(
+        server: &str,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> Result<Conn, CliError> {
         let unreachable = |detail: String| CliError::Unreachable {
             server: server.to_string(),
             detail,
         };
-        let endpoint = Endpoint::from_shared(server.to_string())
+        let mut endpoint = Endpoint::from_shared(server.to_string())
             .map_err(|e| unreachable(error_chain(&e)))?
             .connect_timeout(timeout);
+        if let Some(t) = tls {
+            endpoint = endpoint
+                .tls_config(client_tls(t)?)
+                .map_err(|e| CliError::Usage(format!("TLS: {}", error_chain(&e))))?;
+        }
         let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
             Ok(Ok(ch)) => ch,
             Ok(Err(e)) => return Err(unreachable(error_chain(&e))),

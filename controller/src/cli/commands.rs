@@ -25,23 +25,32 @@ pub const EVENTS_IDLE: Duration = Duration::from_secs(1);
 
 /// Where to connect; commands connect only when they need the server.
 struct Session {
-    server: String,
+    flags: super::config::Flags,
     timeout: Duration,
 }
 
 impl Session {
     async fn conn(&self) -> Result<Conn, CliError> {
-        Conn::connect(&self.server, self.timeout).await
+        let t = super::config::resolve(&self.flags)?;
+        Conn::connect(&t.server, self.timeout, t.tls.as_ref()).await
     }
 }
 
 /// Run one command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     let s = Session {
-        server: cli.server,
+        flags: super::config::Flags {
+            server: cli.server,
+            ca: cli.ca,
+            cert: cli.cert,
+            key: cli.key,
+            config: cli.flowmeshconfig,
+            context: cli.context,
+        },
         timeout: cli.timeout,
     };
     match cli.command {
+        Command::Certs(c) => super::certs::run(c),
         Command::Node(c) => node(&s, c).await,
         Command::Namespace(c) => namespace(&s, c).await,
         Command::Pod(c) => pod(&s, c).await,

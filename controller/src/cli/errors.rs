@@ -137,6 +137,9 @@ pub enum CliError {
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("standard output closed")]
     StdoutClosed,
+    /// Bad flags, config file or credentials (found before any call).
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl CliError {

@@ -4,8 +4,10 @@
 //! `output` renders tables/JSON/YAML, `errors` turns statuses into actionable messages.
 
 pub mod args;
+pub mod certs;
 pub mod client;
 mod commands;
+pub mod config;
 pub mod egress;
 pub mod errors;
 pub mod output;
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use args::{PodName, TraceDestination, DEFAULT_SERVER};
+use args::{PodName, TraceDestination};
 use errors::CliError;
 use output::OutputFormat;
 
@@ -23,9 +25,27 @@ use output::OutputFormat;
 #[derive(Debug, Parser)]
 #[command(name = "flowmeshctl", version, propagate_version = true)]
 pub struct Cli {
-    /// Admin API address of flowmesh-controller.
-    #[arg(long, global = true, env = "FLOWMESH_SERVER", default_value = DEFAULT_SERVER, value_parser = args::server_url)]
-    pub server: String,
+    /// Admin API address of flowmesh-controller (default: the config file's, else
+    /// http://127.0.0.1:9650). https:// (implied by --ca/--cert/--key) uses TLS.
+    #[arg(long, global = true, env = "FLOWMESH_SERVER", value_parser = args::server_url)]
+    pub server: Option<String>,
+    /// PEM CA certificate that signed the controller's certificate (TLS).
+    #[arg(long, global = true, env = "FLOWMESH_CA")]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate (O=flowmesh:admin or O=flowmesh:read-only; see
+    /// docs/security.md).
+    #[arg(long, global = true, env = "FLOWMESH_CERT")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, global = true, env = "FLOWMESH_KEY")]
+    pub key: Option<PathBuf>,
+    /// kubeconfig-style config file with servers and credentials (default:
+    /// ~/.flowmesh/config when it exists; see docs/cli.md).
+    #[arg(long, global = true, env = "FLOWMESHCONFIG")]
+    pub flowmeshconfig: Option<PathBuf>,
+    /// Context of the config file to use (default: its current-context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
     /// Deadline of each call, e.g. 500ms, 10s, 2m.
     #[arg(long, global = true, default_value = "30s", value_parser = args::duration)]
     pub timeout: Duration,
@@ -75,6 +95,10 @@ pub enum Command {
     /// `patch hostsubnet NODE --egress-cidrs=...|--egress-ips=...`).
     #[command(subcommand)]
     Patch(egress::PatchCommand),
+    /// Make lab certificates: a self-signed CA, and controller, node, admin and read-only
+    /// certificates signed by it (docs/security.md).
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
     /// Decode OpenFlow messages given as hex (one message or a stream) and print them as
     /// `ovs-ofctl ofp-print` does. Needs no controller.
     OfpPrint {

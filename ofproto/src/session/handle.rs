@@ -29,6 +29,9 @@ pub enum SessionEvent {
         conn: ConnId,
         /// Peer address.
         peer: String,
+        /// The end-entity certificate (DER) the switch presented over TLS, verified against
+        /// the listener's CA; None on plain TCP.
+        peer_cert: Option<std::sync::Arc<[u8]>>,
         /// Datapath id, features, ports, granted role.
         info: SwitchInfo,
         /// True when this datapath id had been connected before (a reconnect).

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use super::error::DisconnectCause;
 use super::handle::{ConnId, SessionEvent};
-use super::task::{run_session, SessionConfig};
+use super::task::{run_session, run_session_with_cert, SessionConfig};
 
 /// The events of every session of a listener or connector.
 #[derive(Debug)]
@@ -51,6 +51,7 @@ impl Hub {
             SessionEvent::Ready {
                 conn,
                 peer,
+                peer_cert,
                 info,
                 handle,
                 ..
@@ -59,6 +60,7 @@ impl Hub {
                 SessionEvent::Ready {
                     conn,
                     peer,
+                    peer_cert,
                     info,
                     reconnect,
                     handle,
@@ -190,7 +192,13 @@ async fn serve(
             let limit = cfg.fsm.handshake_timeout;
             let cause = match tokio::time::timeout(limit, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => {
-                    run_session(tls, conn, peer_s, cfg, events).await;
+                    let cert = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| std::sync::Arc::<[u8]>::from(c.as_ref()));
+                    run_session_with_cert(tls, conn, peer_s, cert, cfg, events).await;
                     return;
                 }
                 Ok(Err(e)) => DisconnectCause::Tls(e.to_string()),

@@ -25,5 +25,5 @@ pub use error::{
 pub use fsm::{FsmConfig, SwitchInfo};
 pub use handle::{ConnId, SessionEvent, SessionStats, SwitchHandle};
 pub use listener::{Backoff, Connector, EventStream, Listener, Target};
-pub use task::{run_session, SessionConfig};
+pub use task::{run_session, run_session_with_cert, SessionConfig};
 pub use tls::{server_config, TlsError, TlsPem};

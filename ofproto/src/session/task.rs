@@ -87,6 +87,7 @@ enum Job {
 struct Session {
     conn: ConnId,
     peer: String,
+    peer_cert: Option<Arc<[u8]>>,
     cfg: SessionConfig,
     fsm: SessionFsm<Responder>,
     events: mpsc::UnboundedSender<SessionEvent>,
@@ -112,11 +113,29 @@ pub async fn run_session<S>(
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    run_session_with_cert(stream, conn, peer, None, cfg, events).await
+}
+
+/// [`run_session`] on a TLS connection whose peer presented `peer_cert` (the DER end-entity
+/// certificate, already verified by the TLS layer); the certificate is handed on in
+/// [`SessionEvent::Ready`] so that the controller can bind it to the datapath.
+pub async fn run_session_with_cert<S>(
+    stream: S,
+    conn: ConnId,
+    peer: String,
+    peer_cert: Option<Arc<[u8]>>,
+    cfg: SessionConfig,
+    events: mpsc::UnboundedSender<SessionEvent>,
+) -> DisconnectCause
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let (cmd_tx, mut cmd_rx) = mpsc::channel(cfg.command_queue.max(1));
     let (closed_tx, _) = watch::channel(None);
     let mut s = Session {
         conn,
         peer,
+        peer_cert,
         fsm: SessionFsm::new(cfg.fsm.clone(), Instant::now()),
         cfg,
         events,
@@ -512,6 +531,7 @@ impl Session {
                     self.emit(SessionEvent::Ready {
                         conn: self.conn,
                         peer: self.peer.clone(),
+                        peer_cert: self.peer_cert.clone(),
                         info,
                         reconnect: false,
                         handle,
