@@ -26,19 +26,7 @@ pub fn underlay_addr(lab: &NetnsLab, last: u8) -> Ipv4Addr {
 /// Creates the outside host: namespace `<lab>-out`, `eth0` on the underlay bridge with
 /// `.200/24`. Returns (namespace, address).
 pub fn add_outside_host(lab: &NetnsLab) -> Result<(String, Ipv4Addr)> {
-    let ns = lab.add_netns("out")?;
-    let ul = lab.underlay_ns().to_owned();
-    lab.add_veth(&ns, "eth0", &ul, "out")?;
-    lab.run_in(&ul, "ip", &["link", "set", "out", "master", "br-ul", "up"])?;
-    let ip = underlay_addr(lab, OUTSIDE_OCTET);
-    lab.run_in(
-        &ns,
-        "ip",
-        &["addr", "add", &format!("{ip}/24"), "dev", "eth0"],
-    )?;
-    lab.run_in(&ns, "ip", &["link", "set", "eth0", "up"])?;
-    lab.tx_offload_off(&ns, "eth0")?;
-    Ok((ns, ip))
+    lab.add_underlay_host("out", OUTSIDE_OCTET)
 }
 
 /// One datagram as the outside host saw it.

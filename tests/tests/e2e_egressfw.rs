@@ -6,8 +6,9 @@
 //! Checked: an outside host allowed by name and one denied by CIDR, then — after the test
 //! changes the name's A record — the path follows the new address within TTL + 1 s; a host
 //! denied by name with everything else allowed; a namespace without a firewall reaches both
-//! hosts all along; traffic inside the cluster is never subject to the firewall; deleting the
-//! firewall opens everything again.
+//! hosts all along; traffic inside the cluster is never subject to the firewall; with an egress
+//! IP on a node without pods of the project, that node holds the project's table 100 and the
+//! traffic leaving from the egress IP obeys it; deleting the firewall opens everything again.
 //!
 //! Run (root, Open vSwitch 3.1): `cargo test -p flowmesh-tests --test e2e_egressfw -- --nocapture`.
 
@@ -99,7 +100,9 @@ fn cidr_and_dns_rules_filter_real_traffic_and_follow_the_a_record() {
         ]),
     );
     settles(false, "B denied by CIDR", limit, || reaches(&shop1.ns, b));
-    assert!(reaches(&shop1.ns, a), "A allowed by name");
+    // The name's addresses join the flows once the controller resolved it (until then the
+    // rule matches nothing and A falls to the final deny).
+    settles(true, "A allowed by name", limit, || reaches(&shop1.ns, a));
     assert!(reaches(&shop3.ns, a), "A allowed by name from node 3");
     assert!(!reaches(&shop3.ns, b), "B denied by CIDR from node 3");
     // Inside the cluster nothing is filtered; other namespaces are not either.
@@ -148,6 +151,62 @@ fn cidr_and_dns_rules_filter_real_traffic_and_follow_the_a_record() {
         reaches(&shop1.ns, a)
     });
     assert!(reaches(&shop1.ns, shop3_addr), "pod to pod across nodes");
+
+    // With an egress IP on node2 (which has no `shop` pod), shop's outside traffic crosses
+    // node2's table 100 too: node2 holds shop's firewall, B stays denied by name, A is
+    // reached from the egress IP.
+    let eip = std::net::Ipv4Addr::from(u32::from(a_ip) & 0xffff_ff00 | 150);
+    c.ctl(&[
+        "patch",
+        "hostsubnet",
+        "node2",
+        &format!("--egress-ips={eip}"),
+    ]);
+    c.ctl(&[
+        "patch",
+        "netnamespace",
+        "shop",
+        &format!("--egress-ips={eip}"),
+    ]);
+    let v = c
+        .ctl
+        .ctl_json(&c.lab, &["get", "netnamespaces", "shop"])
+        .expect("get netnamespaces");
+    let netid = v
+        .get(0)
+        .unwrap_or(&v)
+        .get("netid")
+        .and_then(serde_json::Value::as_u64)
+        .expect("shop's NETID");
+    let node2_fw = || {
+        let flows = c.ctl(&["dump-flows", "node2", "--installed"]);
+        flows
+            .lines()
+            .filter(|l| {
+                l.contains("table=100")
+                    && l.split([',', ' ']).any(|t| t == format!("reg0={netid:#x}"))
+            })
+            .count()
+    };
+    settles(true, "node2 holds shop's firewall", limit, || {
+        node2_fw() >= 2
+    });
+    let from_eip = || {
+        tcp_probe(&shop1.ns, a, b"hello", Duration::from_millis(500))
+            .expect("tcp probe")
+            .is_some_and(|r| String::from_utf8_lossy(&r).contains(&format!("peer={eip}:")))
+    };
+    settles(true, "A reached from the egress IP", limit, from_eip);
+    assert!(
+        !reaches(&shop1.ns, b),
+        "B denied by name on the egress path"
+    );
+    assert!(
+        !reaches(&shop3.ns, b),
+        "B denied by name on the egress path from node 3"
+    );
+    c.ctl(&["patch", "netnamespace", "shop", "--egress-ips="]);
+    c.ctl(&["patch", "hostsubnet", "node2", "--egress-ips="]);
 
     // Deleting the firewall opens everything again.
     c.ctl(&["delete", "egressnetworkpolicy", "shop/default"]);
