@@ -289,6 +289,9 @@ pub struct CoreConfig {
     /// After start, how long a node's switch has to connect before the node counts as offline
     /// for egress IPs (switches retry with backoff up to 8 s after a controller restart).
     pub liveness_grace: Duration,
+    /// How long a node whose shim watched its egress IPs may be without that watch before
+    /// the node counts as offline for egress IPs (its switch may still answer).
+    pub shim_grace: Duration,
 }
 
 impl Default for CoreConfig {
@@ -296,6 +299,7 @@ impl Default for CoreConfig {
         CoreConfig {
             audit_interval: Duration::from_secs(30),
             liveness_grace: Duration::from_secs(10),
+            shim_grace: Duration::from_secs(5),
         }
     }
 }
@@ -330,6 +334,19 @@ pub struct Core {
     pub dns_schedule: BTreeMap<String, crate::egress_firewall::DnsSchedule>,
     /// NETIDs whose egress is dropped because joined projects' firewalls differ.
     firewall_conflicts: BTreeMap<u32, String>,
+    /// Nodes whose shim has watched its egress IPs (`WatchEgress`) since this start.
+    shims: HashMap<String, ShimWatch>,
+}
+
+/// A node shim's egress watch, as the core sees it.
+#[derive(Debug, Default)]
+struct ShimWatch {
+    /// Streams open now.
+    streams: u32,
+    /// Bumped on every open and close: a grace check is stale once it moved.
+    epoch: u64,
+    /// No stream for longer than the grace: the node is offline for egress IPs.
+    lost: bool,
 }
 
 /// A cloneable handle to the core task.
@@ -617,6 +634,7 @@ impl Core {
             cfg,
             dns_schedule: BTreeMap::new(),
             firewall_conflicts: BTreeMap::new(),
+            shims: HashMap::new(),
         };
         core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
@@ -1095,7 +1113,9 @@ impl Core {
                     dpid,
                     link,
                 });
-                self.node_liveness(&node, true);
+                if !self.shims.get(&node).is_some_and(|w| w.lost) {
+                    self.node_liveness(&node, true);
+                }
                 self.publish(Event::now(
                     "SwitchConnected",
                     format!("node/{node}"),
@@ -1137,6 +1157,54 @@ impl Core {
             format!("switch/{dpid:#018x}"),
             format!("switch {dpid:#018x} disconnected"),
         ));
+    }
+
+    /// A node's shim opened (`open`) or closed a `WatchEgress` stream. When its last stream
+    /// closes, returns the epoch to hand to [`Core::shim_grace_over`] after the shim grace.
+    pub fn shim_stream(&mut self, node: &str, open: bool) -> Option<(u64, Duration)> {
+        let w = self.shims.entry(node.to_owned()).or_default();
+        w.epoch += 1;
+        if open {
+            w.streams += 1;
+            if std::mem::take(&mut w.lost) {
+                let switch_up = self
+                    .model
+                    .node(node)
+                    .is_some_and(|n| self.connected.contains_key(&n.dpid));
+                self.publish(Event::now(
+                    "ShimWatching",
+                    format!("node/{node}"),
+                    format!("node {node}'s shim watches its egress IPs again"),
+                ));
+                if switch_up {
+                    self.node_liveness(node, true);
+                }
+            }
+            None
+        } else {
+            w.streams = w.streams.saturating_sub(1);
+            (w.streams == 0).then_some((w.epoch, self.cfg.shim_grace))
+        }
+    }
+
+    /// The shim grace after `node`'s last egress watch closed at `epoch` is over: unless a
+    /// stream came back meanwhile, the node is offline for egress IPs (its IPs move or drop
+    /// out as for a lost switch), until its shim watches again.
+    pub fn shim_grace_over(&mut self, node: &str, epoch: u64) {
+        let Some(w) = self.shims.get_mut(node) else {
+            return;
+        };
+        if w.epoch != epoch || w.streams > 0 || w.lost {
+            return;
+        }
+        w.lost = true;
+        tracing::warn!(%node, "the node's shim stopped watching its egress IPs");
+        self.publish(Event::now(
+            "ShimLost",
+            format!("node/{node}"),
+            format!("node {node}'s shim stopped watching its egress IPs: they move or drop out"),
+        ));
+        self.node_liveness(node, false);
     }
 
     /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its

@@ -64,45 +64,64 @@ pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<Assignmen
     let mut events = core.subscribe();
     let (tx, rx) = mpsc::channel::<Result<pn::EgressAssignments, Status>>(4);
     let core = core.clone();
+    let opened = node.clone();
+    core.read(move |c| c.shim_stream(&opened, true)).await?;
     tokio::spawn(async move {
-        let mut last: Option<Vec<pn::EgressAssignment>> = None;
-        let mut tick = tokio::time::interval(KEEPALIVE);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut due = true;
-        loop {
-            let list = match hosted(&core, &node).await {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(e.into())).await;
-                    return;
-                }
-            };
-            if due || last.as_ref() != Some(&list) {
-                let msg = pn::EgressAssignments {
-                    node: node.clone(),
-                    assignments: list.clone(),
-                    keepalive_ms: KEEPALIVE.as_millis() as u32,
-                };
-                if tx.send(Ok(msg)).await.is_err() {
-                    return;
-                }
-                last = Some(list);
-            }
-            due = false;
-            tokio::select! {
-                _ = tx.closed() => return,
-                r = events.recv() => {
-                    if let Err(broadcast::error::RecvError::Closed) = r {
-                        return;
-                    }
-                }
-                _ = tick.tick() => due = true,
-            }
+        stream_assignments(&core, &node, &tx, &mut events).await;
+        // The shim is gone (or the stream failed): after the grace, unless it watches again,
+        // its node is offline for egress IPs.
+        let closed = node.clone();
+        if let Ok(Some((epoch, grace))) = core.read(move |c| c.shim_stream(&closed, false)).await {
+            tokio::time::sleep(grace).await;
+            let _ = core.read(move |c| c.shim_grace_over(&node, epoch)).await;
         }
     });
     Ok(Response::new(Box::pin(
         tokio_stream::wrappers::ReceiverStream::new(rx),
     )))
+}
+
+/// Sends `node`'s list until the stream closes.
+async fn stream_assignments(
+    core: &CoreHandle,
+    node: &str,
+    tx: &mpsc::Sender<Result<pn::EgressAssignments, Status>>,
+    events: &mut broadcast::Receiver<crate::core::Event>,
+) {
+    let mut last: Option<Vec<pn::EgressAssignment>> = None;
+    let mut tick = tokio::time::interval(KEEPALIVE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut due = true;
+    loop {
+        let list = match hosted(core, node).await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        };
+        if due || last.as_ref() != Some(&list) {
+            let msg = pn::EgressAssignments {
+                node: node.to_owned(),
+                assignments: list.clone(),
+                keepalive_ms: KEEPALIVE.as_millis() as u32,
+            };
+            if tx.send(Ok(msg)).await.is_err() {
+                return;
+            }
+            last = Some(list);
+        }
+        due = false;
+        tokio::select! {
+            _ = tx.closed() => return,
+            r = events.recv() => {
+                if let Err(broadcast::error::RecvError::Closed) = r {
+                    return;
+                }
+            }
+            _ = tick.tick() => due = true,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@ pub struct ServerConfig {
     pub audit_interval: Duration,
     /// Echo interval for switch liveness (the timeout is the same again).
     pub echo_interval: Duration,
+    /// How long a node's shim may stop watching its egress IPs before the node counts as
+    /// offline for them (`CoreConfig::shim_grace`).
+    pub shim_grace: Duration,
     /// TLS for switch connections: controller certificate, key, and the CA that signs switch
     /// certificates (PEM files). None: plain TCP.
     pub openflow_tls: Option<(PathBuf, PathBuf, PathBuf)>,
@@ -214,11 +217,18 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     );
     let grpc_tls = grpc_tls_config(&cfg)?;
     let grpc_enforce = grpc_tls.is_some();
+    // HTTP/2 pings find a dead peer (a node cut off without a reset) within seconds, so a
+    // shim's egress watch ends and its grace starts (docs/operations.md).
+    let builder = || {
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(1)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(2)))
+    };
     let grpc_server = match grpc_tls {
-        Some(t) => tonic::transport::Server::builder()
+        Some(t) => builder()
             .tls_config(t)
             .map_err(|e| StartError::GrpcTls(tls_error_chain(&e)))?,
-        None => tonic::transport::Server::builder(),
+        None => builder(),
     };
     // Bind every listener before starting anything, so a busy port fails cleanly.
     let grpc = bind("gRPC", "--grpc-listen", cfg.grpc_listen).await?;
@@ -251,6 +261,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         Some(listing),
         CoreConfig {
             audit_interval: cfg.audit_interval,
+            shim_grace: cfg.shim_grace,
             ..CoreConfig::default()
         },
         metrics.clone(),

@@ -338,3 +338,142 @@ async fn egress_ips_through_the_cli_with_failover_and_restart() {
     let v = json(ctl(g, &["get", "netnamespaces", "shop", "-o", "json"]).ok());
     assert_eq!(v[0]["egressIpStatus"][0]["node"], shop_node, "{v}");
 }
+
+/// The shim's `WatchEgress` stream is a liveness signal of its own: a node whose shim stops
+/// watching (its switch still connected) loses its automatic egress IP after `--shim-grace`,
+/// and is usable again once its shim watches again. Nodes whose shim never watched are
+/// judged by their switch alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shim_that_stops_watching_loses_its_egress_ips() {
+    use proto::node::{node_api_client::NodeApiClient, WatchEgressRequest};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Controller::start(&dir.path().join("data"), &["--shim-grace", "1"]);
+    let g = c.grpc;
+    let sbx = sandbox(
+        &c,
+        &[
+            ("node-a", 0xa1, &[]),
+            ("node-b", 0xb2, &[]),
+            ("node-c", 0xc3, &[]),
+        ],
+    );
+    for (n, ip, dpid) in NODES {
+        ctl(
+            g,
+            &[
+                "node",
+                "add",
+                n,
+                "--ip",
+                ip,
+                "--dpid",
+                &format!("{dpid:#x}"),
+            ],
+        )
+        .ok();
+    }
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    ctl(g, &["namespace", "create", "shop"]).ok();
+    for n in ["node-b", "node-c"] {
+        ctl(
+            g,
+            &["patch", "hostsubnet", n, "--egress-cidrs=192.168.1.0/24"],
+        )
+        .ok();
+    }
+    ctl(
+        g,
+        &[
+            "patch",
+            "netnamespace",
+            "shop",
+            "--egress-ips=192.168.1.100",
+        ],
+    )
+    .ok();
+    let holder = || {
+        let v = json(ctl(g, &["get", "netnamespaces", "shop", "-o", "json"]).ok());
+        v[0]["egressIpStatus"][0]["node"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(holder().as_deref(), Some("node-b"));
+
+    // node-b's shim watches, then goes away; its switch stays connected.
+    let mut node_api = NodeApiClient::connect(format!("http://{g}"))
+        .await
+        .expect("node API");
+    let mut stream = node_api
+        .watch_egress(WatchEgressRequest {
+            node: "node-b".into(),
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = stream.message().await.expect("first list").expect("a list");
+    assert_eq!(first.assignments.len(), 1, "{first:?}");
+    assert_eq!(first.assignments[0].ip, "192.168.1.100");
+    // While it watches, nothing moves (longer than the grace).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(holder().as_deref(), Some("node-b"));
+    drop(stream);
+    drop(node_api);
+    let t0 = Instant::now();
+    wait_for(
+        "the IP moves to node-c",
+        Duration::from_secs(10),
+        async || holder().as_deref() == Some("node-c"),
+    )
+    .await;
+    println!(
+        "moved {} ms after the shim's stream closed",
+        t0.elapsed().as_millis()
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let v = json(ctl(g, &["get", "hostsubnets", "node-b", "-o", "json"]).ok());
+    assert_eq!(v[0]["offline"].as_bool(), Some(true), "{v}");
+    let sw = admin
+        .list_switches(proto::admin::Empty {})
+        .await
+        .expect("switches")
+        .into_inner()
+        .items;
+    assert!(
+        sw.iter().any(|s| s.node == "node-b" && s.connected),
+        "node-b's switch is still connected: {sw:?}"
+    );
+    // Every switch follows: node-a tunnels shop's outside traffic to node-c.
+    let netid = json(ctl(g, &["get", "netnamespaces", "shop", "-o", "json"]).ok())[0]["netid"]
+        .as_u64()
+        .expect("netid") as u32;
+    wait_for(
+        "node-a's group points at node-c",
+        Duration::from_secs(5),
+        async || group_line(&sbx, "node-a", netid).is_some_and(|l| l.contains("192.168.1.13")),
+    )
+    .await;
+
+    // The shim watches again: node-b is online (the IP stays on node-c, a healthy node).
+    let mut node_api = NodeApiClient::connect(format!("http://{g}"))
+        .await
+        .expect("node API");
+    let mut stream = node_api
+        .watch_egress(WatchEgressRequest {
+            node: "node-b".into(),
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let _ = stream.message().await.expect("list");
+    wait_for("node-b online again", Duration::from_secs(5), async || {
+        let v = json(ctl(g, &["get", "hostsubnets", "node-b", "-o", "json"]).ok());
+        v[0]["offline"].as_bool() != Some(true)
+    })
+    .await;
+    assert_eq!(holder().as_deref(), Some("node-c"));
+}

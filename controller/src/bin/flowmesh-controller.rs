@@ -39,6 +39,10 @@ struct Args {
     /// twice this).
     #[arg(long, default_value_t = 2.0)]
     echo_interval: f64,
+    /// Seconds a node's shim may stop watching its egress IPs (node API `WatchEgress`) before
+    /// the node counts as offline for egress IPs, as if its switch were gone.
+    #[arg(long, default_value_t = 5.0)]
+    shim_grace: f64,
     /// PEM certificate of the controller for TLS switch connections (with --openflow-tls-key
     /// and --openflow-ca; switches then use `ssl:` targets and `ovs-vsctl set-ssl`).
     #[arg(long, requires_all = ["openflow_tls_key", "openflow_ca"])]
@@ -254,6 +258,7 @@ async fn run(args: Args) -> ExitCode {
             metrics_listen: args.metrics_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
+            shim_grace: seconds("--shim-grace", args.shim_grace)?,
             openflow_tls: match (
                 &args.openflow_tls_cert,
                 &args.openflow_tls_key,
