@@ -1099,7 +1099,15 @@ impl Core {
 
     async fn switch_up(&mut self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>) {
         let peer = link.peer();
-        self.connected.insert(dpid, (conn_id, link.clone()));
+        // A switch whose certificate names another node than the one owning `dpid` never
+        // takes the real switch's place in the connection table (it gets the default drop).
+        let forged = self
+            .model
+            .node_by_dpid(dpid)
+            .is_some_and(|n| !link.may_serve(&n.name));
+        if !forged {
+            self.connected.insert(dpid, (conn_id, link.clone()));
+        }
         match self
             .model
             .node_by_dpid(dpid)

@@ -421,6 +421,59 @@ fn a_switch_presenting_another_nodes_certificate_gets_only_the_default_drop() {
         .wait_synced(&c.lab, &["node3"], Duration::from_secs(30))
         .unwrap_or_else(|e| c.fail(&format!("node3 back: {e}")));
     assert!(flows(&c).len() > 10);
+
+    // node3's switch, with its own certificate, claims node1's datapath id: it gets the
+    // default drop and never takes node1's place — node1's real switch stays connected and
+    // online, also after the impostor goes away.
+    let node1_ok = |c: &CniCluster| {
+        let sw: serde_json::Value =
+            serde_json::from_str(c.ctl(&["get", "switches", "-o", "json"]).trim()).expect("json");
+        let hs: serde_json::Value =
+            serde_json::from_str(c.ctl(&["get", "hostsubnets", "node1", "-o", "json"]).trim())
+                .expect("json");
+        let connected = sw
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["node"] == "node1" && s["connected"] == true && s["synced"] == true);
+        connected && hs[0]["offline"].as_bool() != Some(true)
+    };
+    let set_dpid = |d: &str| {
+        c.lab
+            .node(3)
+            .expect("node3")
+            .ovs()
+            .vsctl([
+                "set",
+                "bridge",
+                &br,
+                &format!("other-config:datapath-id={d}"),
+            ])
+            .expect("set datapath-id");
+    };
+    set_dpid("0000000000000001");
+    let t0 = Instant::now();
+    while !(flows(&c).len() == 1 && flows(&c)[0].contains("actions=drop")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the impostor kept flows: {:?}",
+            flows(&c)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        node1_ok(&c),
+        "node1's switch keeps its place while the impostor is connected"
+    );
+    set_dpid("0000000000000003");
+    c.ctl
+        .wait_synced(&c.lab, &["node3"], Duration::from_secs(30))
+        .unwrap_or_else(|e| c.fail(&format!("node3 back: {e}")));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        node1_ok(&c),
+        "node1 stays connected and online after the impostor left"
+    );
 }
 
 #[test]
