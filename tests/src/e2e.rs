@@ -525,56 +525,75 @@ pub struct UdpEcho {
     stop: Arc<AtomicBool>,
 }
 
+/// Binds UDP `addr` inside `ns` and calls `handle(socket, datagram, sender)` for every
+/// datagram on a background thread (which stays in `ns`) until `stop` is set. Returns once the
+/// socket is bound (or why it could not be).
+pub fn serve_udp(
+    ns: &str,
+    addr: SocketAddrV4,
+    thread_name: String,
+    stop: Arc<AtomicBool>,
+    mut handle: impl FnMut(&std::net::UdpSocket, &[u8], SocketAddr) + Send + 'static,
+) -> Result<()> {
+    let ns_owned = ns.to_owned();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+    std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || {
+            let bound = enter_netns(&ns_owned).and_then(|()| {
+                let s = std::net::UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
+                    context: format!("bind UDP {addr} in {ns_owned}"),
+                    source,
+                })?;
+                s.set_read_timeout(Some(Duration::from_millis(50)))
+                    .map_err(|source| HarnessError::Net {
+                        context: "UDP read timeout".into(),
+                        source,
+                    })?;
+                Ok(s)
+            });
+            let s = match bound {
+                Ok(s) => {
+                    let _ = tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, peer)) = s.recv_from(&mut buf) {
+                    handle(&s, buf.get(..n).unwrap_or_default(), peer);
+                }
+            }
+        })
+        .map_err(|source| HarnessError::Net {
+            context: "spawn a UDP server".into(),
+            source,
+        })?;
+    rx.recv()
+        .map_err(|_| HarnessError::Invalid("UDP server thread ended".into()))?
+}
+
 impl UdpEcho {
     /// Binds `ip:port` inside `ns` and echoes on a background thread (which stays in `ns`).
     pub fn start(ns: &str, ip: Ipv4Addr, port: u16, name: &str) -> Result<Self> {
         let addr = SocketAddrV4::new(ip, port);
-        let ns_owned = ns.to_owned();
-        let name = name.to_owned();
-        let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+        let prefix = format!("{name}:").into_bytes();
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name(format!("udp-echo-{ns}"))
-            .spawn(move || {
-                let bound = enter_netns(&ns_owned).and_then(|()| {
-                    let s =
-                        std::net::UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
-                            context: format!("bind UDP {addr} in {ns_owned}"),
-                            source,
-                        })?;
-                    s.set_read_timeout(Some(Duration::from_millis(100)))
-                        .map_err(|source| HarnessError::Net {
-                            context: "UDP read timeout".into(),
-                            source,
-                        })?;
-                    Ok(s)
-                });
-                let s = match bound {
-                    Ok(s) => {
-                        let _ = tx.send(Ok(()));
-                        s
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                };
-                let mut buf = [0u8; 2048];
-                while !stop2.load(Ordering::Relaxed) {
-                    if let Ok((n, peer)) = s.recv_from(&mut buf) {
-                        let mut reply = format!("{name}:").into_bytes();
-                        reply.extend_from_slice(buf.get(..n).unwrap_or_default());
-                        let _ = s.send_to(&reply, peer);
-                    }
-                }
-            })
-            .map_err(|source| HarnessError::Net {
-                context: "spawn a UDP server".into(),
-                source,
-            })?;
-        rx.recv()
-            .map_err(|_| HarnessError::Invalid("UDP server thread ended".into()))??;
+        serve_udp(
+            ns,
+            addr,
+            format!("udp-echo-{ns}"),
+            Arc::clone(&stop),
+            move |s, data, peer| {
+                let mut reply = prefix.clone();
+                reply.extend_from_slice(data);
+                let _ = s.send_to(&reply, peer);
+            },
+        )?;
         Ok(UdpEcho { addr, stop })
     }
 }

@@ -53,66 +53,33 @@ impl UdpRecorder {
     /// Binds `ip:port` in `ns`; serves on a thread until dropped.
     pub fn start(ns: &str, ip: Ipv4Addr, port: u16) -> Result<Self> {
         let addr = SocketAddrV4::new(ip, port);
-        let ns_owned = ns.to_owned();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (seen2, stop2) = (Arc::clone(&seen), Arc::clone(&stop));
-        let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
-        std::thread::Builder::new()
-            .name("udp-recorder".into())
-            .spawn(move || {
-                let bound = enter_netns(&ns_owned).and_then(|()| {
-                    let s = UdpSocket::bind(addr).map_err(|source| HarnessError::Net {
-                        context: format!("bind UDP {addr} in {ns_owned}"),
-                        source,
-                    })?;
-                    s.set_read_timeout(Some(Duration::from_millis(50)))
-                        .map_err(|source| HarnessError::Net {
-                            context: "UDP read timeout".into(),
-                            source,
-                        })?;
-                    Ok(s)
-                });
-                let s = match bound {
-                    Ok(s) => {
-                        let _ = tx.send(Ok(()));
-                        s
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                };
-                let mut buf = [0u8; 2048];
-                while !stop2.load(Ordering::Relaxed) {
-                    let Ok((n, peer)) = s.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let at = Instant::now();
-                    let SocketAddr::V4(peer) = peer else { continue };
-                    let seq = buf
-                        .get(..8)
-                        .filter(|_| n >= 8)
-                        .and_then(|b| b.try_into().ok())
-                        .map(u64::from_be_bytes)
-                        .unwrap_or(0);
-                    seen2
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(Arrival {
-                            at,
-                            src: *peer.ip(),
-                            seq,
-                        });
-                    let _ = s.send_to(format!("src={peer}").as_bytes(), peer);
-                }
-            })
-            .map_err(|source| HarnessError::Net {
-                context: "spawn the UDP recorder".into(),
-                source,
-            })?;
-        rx.recv()
-            .map_err(|_| HarnessError::Invalid("UDP recorder thread ended".into()))??;
+        let seen2 = Arc::clone(&seen);
+        crate::e2e::serve_udp(
+            ns,
+            addr,
+            "udp-recorder".into(),
+            Arc::clone(&stop),
+            move |s, data, peer| {
+                let at = Instant::now();
+                let SocketAddr::V4(peer) = peer else { return };
+                let seq = data
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                seen2
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Arrival {
+                        at,
+                        src: *peer.ip(),
+                        seq,
+                    });
+                let _ = s.send_to(format!("src={peer}").as_bytes(), peer);
+            },
+        )?;
         Ok(UdpRecorder { addr, seen, stop })
     }
 
