@@ -3,10 +3,10 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
 # protobuf-compiler + libprotobuf-dev: the etcd-client crate compiles etcd's protos at build time;
-# etcd-server: the etcd datastore tests run a real 3-member cluster; arping: the shim's
+# etcd-server + etcd-client (etcdctl): the etcd datastore tests run a real 3-member cluster; arping: the shim's
 # gratuitous ARP for egress IPs.
 pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
-    protobuf-compiler libprotobuf-dev etcd-server)
+    protobuf-compiler libprotobuf-dev etcd-server etcd-client)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -39,6 +39,7 @@ pub const READ_ONLY_METHODS: &[&str] = &[
     "ListNetNamespaces",
     "ListPods",
     "ListSwitches",
+    "GetControllers",
     "DumpFlows",
     "Trace",
     "WatchEvents",

@@ -166,6 +166,9 @@ async fn store_writer(
             let _ = core.send(CoreCmd::Store(released_event(released)));
         }
         let r = result.map(|_| ()).map_err(|e| match e {
+            StoreError::NotLeader(_) => ApiError::Unavailable(format!(
+                "the change was not stored: {e}; another replica leads now: retry"
+            )),
             StoreError::Conflict { .. } => ApiError::Aborted(format!(
                 "the change was not stored: {e}; another controller replica changed the same objects; retry"
             )),
@@ -292,6 +295,9 @@ pub struct CoreConfig {
     /// How long a node whose shim watched its egress IPs may be without that watch before
     /// the node counts as offline for egress IPs (its switch may still answer).
     pub shim_grace: Duration,
+    /// This replica's standing among several (alone by default): only a leader programs
+    /// switches and makes the controller's own changes (egress failover, DNS results).
+    pub leadership: Arc<crate::ha::Leadership>,
 }
 
 impl Default for CoreConfig {
@@ -300,6 +306,7 @@ impl Default for CoreConfig {
             audit_interval: Duration::from_secs(30),
             liveness_grace: Duration::from_secs(10),
             shim_grace: Duration::from_secs(5),
+            leadership: crate::ha::Leadership::alone(),
         }
     }
 }
@@ -336,6 +343,8 @@ pub struct Core {
     firewall_conflicts: BTreeMap<u32, String>,
     /// Nodes whose shim has watched its egress IPs (`WatchEgress`) since this start.
     shims: HashMap<String, ShimWatch>,
+    /// When the core started (the liveness grace counts from here).
+    started: std::time::Instant,
 }
 
 /// A node shim's egress watch, as the core sees it.
@@ -635,6 +644,7 @@ impl Core {
             dns_schedule: BTreeMap::new(),
             firewall_conflicts: BTreeMap::new(),
             shims: HashMap::new(),
+            started: std::time::Instant::now(),
         };
         core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
@@ -648,6 +658,7 @@ impl Core {
                 flows,
                 core.cfg.audit_interval,
                 metrics.clone(),
+                &core.cfg.leadership,
             );
             core.reconcilers.insert(node, h);
         }
@@ -658,6 +669,19 @@ impl Core {
             let _ = tx_grace.send(CoreCmd::Read(Box::new(|c: &mut Core| {
                 c.mark_unconnected_offline()
             })));
+        });
+        let mut standing = core.cfg.leadership.subscribe();
+        let tx_standing = tx.clone();
+        tokio::spawn(async move {
+            while standing.changed().await.is_ok() {
+                let s = standing.borrow_and_update().clone();
+                let sent = tx_standing.send(CoreCmd::Read(Box::new(move |c: &mut Core| {
+                    c.standing_changed(s)
+                })));
+                if sent.is_err() {
+                    break;
+                }
+            }
         });
         tokio::spawn(core.run(rx));
         Ok(CoreHandle {
@@ -873,6 +897,11 @@ impl Core {
     /// model may still hold that change). Internal mutations (no `reject`) wait for the
     /// relist.
     fn mutate_or_refuse(&mut self, f: MutateFn, reject: Option<Reject>) {
+        if reject.is_none() && !self.cfg.leadership.leads() {
+            // The controller's own changes (egress failover) are the leader's: a standby's
+            // view of liveness is its own, and the leader's decisions reach it by the watch.
+            return;
+        }
         if self.resyncing {
             match reject {
                 // The store is reachable: the listing is a moment away; run it after.
@@ -1031,6 +1060,7 @@ impl Core {
             FlowSet::default(),
             self.cfg.audit_interval,
             self.metrics.clone(),
+            &self.cfg.leadership,
         );
         self.reconcilers.insert(node.to_string(), h.clone());
         // A switch whose certificate names another node stays an unknown datapath.
@@ -1087,6 +1117,7 @@ impl Core {
             unknown_datapath_flows(),
             self.cfg.audit_interval,
             self.metrics.clone(),
+            &self.cfg.leadership,
         );
         handoff(previous, Some(h.clone()), Some((conn_id, dpid, link)));
         self.unknown.insert(dpid, h);
@@ -1256,6 +1287,44 @@ impl Core {
         }), None);
     }
 
+    /// This replica became leader or standby. A new leader takes over the controller's own
+    /// decisions from its view: egress liveness follows the switches connected to it (and
+    /// the shims watching it).
+    fn standing_changed(&mut self, s: crate::ha::Standing) {
+        let (kind, msg) = match &s {
+            crate::ha::Standing::Leader { generation } => (
+                "LeaderElected",
+                format!("this replica leads (generation {generation}): it is OpenFlow master on every switch"),
+            ),
+            crate::ha::Standing::Standby { generation, leader } => (
+                "Standby",
+                format!(
+                    "this replica is a standby (leader {}, generation {generation}): OpenFlow slave",
+                    leader.as_deref().unwrap_or("unknown")
+                ),
+            ),
+            crate::ha::Standing::Alone => return,
+        };
+        self.publish(Event::now(kind, "controller", msg));
+        if !matches!(s, crate::ha::Standing::Leader { .. })
+            || self.started.elapsed() < self.cfg.liveness_grace
+        {
+            // Within the start-up grace, switches are still connecting: the grace's own
+            // check runs when it ends.
+            return;
+        }
+        let nodes: Vec<(String, u64)> = self
+            .model
+            .nodes()
+            .map(|n| (n.name.clone(), n.dpid))
+            .collect();
+        for (name, dpid) in nodes {
+            let online = self.connected.contains_key(&dpid)
+                && !self.shims.get(&name).is_some_and(|w| w.lost);
+            self.node_liveness(&name, online);
+        }
+    }
+
     /// At the end of the start-up grace: nodes whose switch never connected are offline.
     fn mark_unconnected_offline(&mut self) {
         let connected: std::collections::BTreeSet<u64> = self.connected.keys().copied().collect();
@@ -1268,6 +1337,26 @@ impl Core {
         for n in down {
             self.node_liveness(&n, false);
         }
+    }
+
+    /// Whether this replica does the leader's work (alone, or elected).
+    pub fn leads(&self) -> bool {
+        self.cfg.leadership.leads()
+    }
+
+    /// This replica's standing.
+    pub fn leadership(&self) -> Arc<crate::ha::Leadership> {
+        self.cfg.leadership.clone()
+    }
+
+    /// This replica's id among several (None: it has no replicas).
+    pub fn replica_id(&self) -> Option<String> {
+        self.cfg.leadership.id()
+    }
+
+    /// The datastore's name (`embedded`, `etcd`).
+    pub fn store_name(&self) -> &'static str {
+        self.store.name()
     }
 
     /// Every switch's status: nodes first (by name), then unknown datapaths.

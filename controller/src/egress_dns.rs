@@ -145,9 +145,16 @@ pub async fn run(core: CoreHandle, cfg: DnsConfig) {
     let mut due: BTreeMap<String, Instant> = BTreeMap::new();
     let mut schedule: BTreeMap<String, DnsSchedule> = BTreeMap::new();
     loop {
-        let Ok(names) = core.read(|c| c.model.egress_dns_names()).await else {
+        let Ok((leads, names)) = core.read(|c| (c.leads(), c.model.egress_dns_names())).await
+        else {
             return; // the core stopped
         };
+        if !leads {
+            // A standby resolves nothing: the leader's results reach it by the store's watch.
+            due.clear();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         due.retain(|n, _| names.contains(n));
         schedule.retain(|n, _| names.contains(n));
         let now = Instant::now();

@@ -425,9 +425,80 @@ impl Admin for AdminService {
                 peer: s.peer.lock().map(|p| p.clone()).unwrap_or_default(),
                 last_error: s.last_error.lock().map(|p| p.clone()).unwrap_or_default(),
                 unknown: s.unknown,
+                role: s.role.lock().map(|r| r.clone()).unwrap_or_default(),
             })
             .collect();
         Ok(Response::new(pa::SwitchList { items }))
+    }
+
+    async fn get_controllers(
+        &self,
+        _: Request<pa::Empty>,
+    ) -> Result<Response<pa::ControllerList>, Status> {
+        let (lead, datastore, statuses) = self
+            .core
+            .read(|c| (c.leadership(), c.store_name(), c.switch_statuses()))
+            .await?;
+        let Some(view) = lead.view().await else {
+            // No other replica can exist: this one, with the switches connected to it.
+            let switches = statuses
+                .iter()
+                .filter(|s| s.connected.load(Ordering::Relaxed))
+                .map(|s| pa::SwitchRole {
+                    switch: if s.unknown {
+                        format!("{:#018x}", s.dpid.load(Ordering::Relaxed))
+                    } else {
+                        s.node.clone()
+                    },
+                    role: "equal".into(),
+                })
+                .collect();
+            return Ok(Response::new(pa::ControllerList {
+                datastore: datastore.into(),
+                leader: String::new(),
+                generation: 0,
+                replicas: vec![pa::ControllerReplica {
+                    id: "this".into(),
+                    state: "alone".into(),
+                    this: true,
+                    switches,
+                    ..Default::default()
+                }],
+            }));
+        };
+        let view = view.map_err(|e| {
+            Status::unavailable(format!(
+                "the replicas could not be read from etcd: {e} (switches keep their flows; retry when etcd is back)"
+            ))
+        })?;
+        let me = self.core.read(|c| c.replica_id()).await?;
+        let replicas = view
+            .replicas
+            .into_iter()
+            .map(|r| pa::ControllerReplica {
+                this: Some(&r.id) == me.as_ref(),
+                state: if r.id == view.leader {
+                    "leader".into()
+                } else {
+                    "standby".into()
+                },
+                switches: r
+                    .switches
+                    .into_iter()
+                    .map(|(switch, role)| pa::SwitchRole { switch, role })
+                    .collect(),
+                id: r.id,
+                grpc: r.grpc,
+                openflow: r.openflow,
+                started: r.started,
+            })
+            .collect();
+        Ok(Response::new(pa::ControllerList {
+            datastore: datastore.into(),
+            leader: view.leader,
+            generation: view.generation,
+            replicas,
+        }))
     }
 
     async fn dump_flows(

@@ -12,6 +12,7 @@ pub mod egress_firewall;
 pub mod egress_watch;
 pub mod error;
 pub mod grpc;
+pub mod ha;
 pub mod link;
 pub mod manifest;
 pub mod metrics;

@@ -61,6 +61,15 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn may_serve(&self, _node: &str) -> bool {
         true
     }
+    /// Request an OpenFlow role (master or slave with a generation id); returns once the
+    /// switch granted it. The default (links without roles) grants at once.
+    fn set_role(
+        &self,
+        _role: ofproto::message::Role,
+        _generation: u64,
+    ) -> LinkFuture<'_, Result<(), LinkError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 impl std::fmt::Display for SwitchChange {

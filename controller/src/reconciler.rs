@@ -7,8 +7,14 @@
 //! * An update is acknowledged after the switch's barrier reply.
 //! * On every audit tick the switch is re-read and drift (flows added or removed by hand)
 //!   repaired.
+//! * With several replicas ([`crate::ha`]) it first holds this replica's OpenFlow role on the
+//!   switch (master with the leader's generation, or slave), and writes only while this
+//!   replica leads with a lease surely held; a standby keeps the desired state and answers
+//!   acks at once (the change is stored; the leader programs it). On becoming leader it
+//!   re-reads the switch and sends only the difference.
 
 use crate::error::ApiError;
+use crate::ha::{Leadership, Standing};
 use crate::link::{LinkError, SwitchLink};
 use crate::metrics::Metrics;
 use crate::plan::plan;
@@ -45,6 +51,8 @@ pub struct SwitchStatus {
     pub peer: Mutex<String>,
     /// True for a datapath no node claims.
     pub unknown: bool,
+    /// The OpenFlow role this replica holds on the switch ("" when none was requested).
+    pub role: Mutex<String>,
 }
 
 impl SwitchStatus {
@@ -110,6 +118,9 @@ pub struct Reconciler {
     audit_interval: Duration,
     metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<Option<ConnectedLink>>>,
+    lead: Arc<Leadership>,
+    /// The connection and standing whose role the switch granted.
+    role_held: Option<(u64, Standing)>,
 }
 
 impl Reconciler {
@@ -120,6 +131,7 @@ impl Reconciler {
         desired: FlowSet,
         audit_interval: Duration,
         metrics: Arc<Metrics>,
+        lead: &Arc<Leadership>,
     ) -> ReconcilerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let status = Arc::new(SwitchStatus {
@@ -139,6 +151,8 @@ impl Reconciler {
             audit_interval,
             metrics,
             stop: None,
+            lead: lead.clone(),
+            role_held: None,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -148,8 +162,20 @@ impl Reconciler {
         let start = tokio::time::Instant::now() + self.audit_interval;
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut standing = self.lead.subscribe();
         loop {
             tokio::select! {
+                changed = standing.changed() => {
+                    if changed.is_err() {
+                        continue;
+                    }
+                    // A new role to hold; a new leader re-reads the switch (hitless: only
+                    // differences are sent).
+                    self.installed = None;
+                    if self.link.is_some() {
+                        self.sync(Vec::new(), false).await;
+                    }
+                }
                 cmd = self.rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     let mut acks = Vec::new();
@@ -158,6 +184,7 @@ impl Reconciler {
                         dirty |= self.handle(cmd, &mut acks).await;
                     }
                     if let Some(reply) = self.stop.take() {
+                        self.set_role_status("");
                         for a in acks {
                             let _ = a.tx.send(Err(ApiError::Unavailable(format!(
                                 "node {} was removed", self.status.node))));
@@ -170,7 +197,7 @@ impl Reconciler {
                     }
                 }
                 _ = audit.tick() => {
-                    if self.link.is_some() {
+                    if self.link.is_some() && self.lead.may_program() {
                         self.installed = None;
                         self.sync(Vec::new(), true).await;
                     }
@@ -209,6 +236,8 @@ impl Reconciler {
                 if self.link.as_ref().is_some_and(|(c, _, _)| *c == conn_id) {
                     tracing::warn!(node = %self.status.node, "switch disconnected");
                     self.link = None;
+                    self.role_held = None;
+                    self.set_role_status("");
                     self.installed = None;
                     self.status.connected.store(false, Ordering::Relaxed);
                     self.status.synced.store(false, Ordering::Relaxed);
@@ -259,6 +288,35 @@ impl Reconciler {
             }
             return;
         };
+        let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
+        if let Err(e) = self.hold_role(conn_id, link.as_ref()).await {
+            self.status.set_error(&e);
+            tracing::warn!(node = %self.status.node, error = %e, "role request refused");
+            self.status.synced.store(false, Ordering::Relaxed);
+            for a in acks {
+                let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                    "switch of node {}: {e}",
+                    self.status.node
+                ))));
+            }
+            return;
+        }
+        if !self.lead.may_program() {
+            // A standby (or a leader whose lease lapsed) does not write. A standby's change is
+            // stored; the leader programs it from the store's watch.
+            let r = match self.lead.standing() {
+                Standing::Standby { .. } => Ok(()),
+                _ => Err(ApiError::Unavailable(format!(
+                    "switch of node {}: this replica's leadership lapsed (lease not renewed); the change is stored and the next leader programs it",
+                    self.status.node
+                ))),
+            };
+            self.status.synced.store(false, Ordering::Relaxed);
+            for a in acks {
+                let _ = a.tx.send(r.clone());
+            }
+            return;
+        }
         let started = Instant::now();
         let result = self.sync_with(link.as_ref(), audit).await;
         match &result {
@@ -283,6 +341,52 @@ impl Reconciler {
         });
         for a in acks {
             let _ = a.tx.send(r.clone());
+        }
+    }
+
+    fn set_role_status(&self, role: &str) {
+        if let Ok(mut r) = self.status.role.lock() {
+            *r = role.to_string();
+        }
+        let name = if self.status.node.is_empty() {
+            format!("{:#018x}", self.status.dpid.load(Ordering::Relaxed))
+        } else {
+            self.status.node.clone()
+        };
+        self.lead.set_switch_role(&name, role);
+    }
+
+    /// Make the switch grant this replica's current role on connection `conn_id` (once per
+    /// connection and standing). A stale generation is refused by the switch: a newer leader
+    /// exists, and this replica must not write.
+    async fn hold_role(&mut self, conn_id: u64, link: &dyn SwitchLink) -> Result<(), String> {
+        let standing = self.lead.standing();
+        if self
+            .role_held
+            .as_ref()
+            .is_some_and(|(c, s)| *c == conn_id && *s == standing)
+        {
+            return Ok(());
+        }
+        let Some((role, generation)) = standing.role() else {
+            self.role_held = Some((conn_id, standing));
+            return Ok(());
+        };
+        match link.set_role(role, generation).await {
+            Ok(()) => {
+                tracing::info!(node = %self.status.node, role = standing.role_name(), generation, "OpenFlow role granted");
+                self.set_role_status(standing.role_name());
+                self.role_held = Some((conn_id, standing));
+                Ok(())
+            }
+            Err(e) => {
+                self.role_held = None;
+                self.set_role_status("");
+                Err(format!(
+                    "the switch refused role {} with generation {generation}: {e}",
+                    standing.role_name()
+                ))
+            }
         }
     }
 

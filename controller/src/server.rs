@@ -40,6 +40,10 @@ pub struct ServerConfig {
     pub egress_dns: crate::egress_dns::DnsConfig,
     /// Where desired state lives (None: the embedded database in `data_dir`).
     pub etcd: Option<crate::state::etcd::EtcdConfig>,
+    /// With etcd: this replica's id (None: HOSTNAME:GRPC_PORT).
+    pub replica_id: Option<String>,
+    /// With etcd: the leader lease's TTL in seconds.
+    pub leader_ttl_secs: i64,
     /// TLS with client certificates for the gRPC APIs. None: plaintext, allowed only when
     /// `grpc_listen` is a loopback address.
     pub grpc_tls: Option<GrpcTls>,
@@ -204,9 +208,19 @@ fn load_and_initialise(
 
 /// Start everything; the tasks run until [`Running::shutdown`] or the process exits.
 pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
+    let mut etcd_store = None;
     let store: Arc<dyn StateBackend> = match &cfg.etcd {
         None => Arc::new(EmbeddedStore::open(&cfg.data_dir)?),
-        Some(e) => Arc::new(crate::state::etcd::EtcdStore::connect(e.clone())?),
+        Some(e) => {
+            let s = Arc::new(crate::state::etcd::EtcdStore::connect(e.clone())?);
+            etcd_store = Some(s.clone());
+            s
+        }
+    };
+    // With a shared store, replicas elect a leader; a replica starts as a standby.
+    let leadership = match &etcd_store {
+        Some(_) => crate::ha::Leadership::standby(),
+        None => crate::ha::Leadership::alone(),
     };
     let (model, listing) = load_and_initialise(store.as_ref(), cfg.cluster.as_ref())?;
     tracing::info!(
@@ -262,6 +276,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         CoreConfig {
             audit_interval: cfg.audit_interval,
             shim_grace: cfg.shim_grace,
+            leadership: leadership.clone(),
             ..CoreConfig::default()
         },
         metrics.clone(),
@@ -289,7 +304,41 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     if let Some(l) = metrics_l {
         servers.push((
             "metrics",
-            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx))),
+            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx.clone()))),
+        ));
+    }
+    if let Some(es) = &etcd_store {
+        let id = cfg.replica_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "controller".into());
+            format!("{host}:{}", grpc_addr.port())
+        });
+        let me = crate::ha::ReplicaInfo {
+            id: id.clone(),
+            grpc: grpc_addr.to_string(),
+            openflow: openflow_addr.to_string(),
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            ..Default::default()
+        };
+        leadership.set_registry(es.client(), crate::ha::ha_prefix(es.prefix()), id.clone());
+        servers.push((
+            "leader election",
+            tokio::spawn(crate::ha::run(
+                es.client(),
+                crate::ha::ha_prefix(es.prefix()),
+                crate::ha::HaConfig {
+                    id,
+                    ttl_secs: cfg.leader_ttl_secs,
+                },
+                me,
+                leadership.clone(),
+                es.fence(),
+                stop_rx.clone(),
+            )),
         ));
     }
     tokio::spawn(crate::egress_dns::run(core.clone(), cfg.egress_dns.clone()));

@@ -36,6 +36,20 @@ impl SwitchLink for SessionLink {
         }
     }
 
+    fn set_role(
+        &self,
+        role: ofproto::message::Role,
+        generation: u64,
+    ) -> LinkFuture<'_, Result<(), LinkError>> {
+        Box::pin(async move {
+            match self.handle.role_request(role, generation).await {
+                Ok(_) => Ok(()),
+                Err(RequestError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
+                Err(e) => Err(LinkError::Other(e.to_string())),
+            }
+        })
+    }
+
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         Box::pin(async move {
             let flows = self

@@ -405,6 +405,7 @@ impl Admin for Fake {
                     peer: "127.0.0.1:40000".into(),
                     last_error: String::new(),
                     unknown: false,
+                    role: "master".into(),
                 },
                 admin::Switch {
                     node: "node-2".into(),
@@ -417,6 +418,41 @@ impl Admin for Fake {
                     peer: String::new(),
                     last_error: "OFPBAC_BAD_OUT_PORT".into(),
                     unknown: false,
+                    role: String::new(),
+                },
+            ],
+        }))
+    }
+
+    async fn get_controllers(
+        &self,
+        _: Request<admin::Empty>,
+    ) -> Result<Response<admin::ControllerList>, Status> {
+        self.record(Got::List("controllers"));
+        Ok(Response::new(admin::ControllerList {
+            datastore: "etcd".into(),
+            leader: "c2".into(),
+            generation: 77,
+            replicas: vec![
+                admin::ControllerReplica {
+                    id: "c1".into(),
+                    state: "standby".into(),
+                    grpc: "127.0.0.1:7001".into(),
+                    this: true,
+                    switches: vec![admin::SwitchRole {
+                        switch: "node-1".into(),
+                        role: "slave".into(),
+                    }],
+                    ..Default::default()
+                },
+                admin::ControllerReplica {
+                    id: "c2".into(),
+                    state: "leader".into(),
+                    switches: vec![admin::SwitchRole {
+                        switch: "node-1".into(),
+                        role: "master".into(),
+                    }],
+                    ..Default::default()
                 },
             ],
         }))
@@ -820,6 +856,34 @@ fn get_hostsubnets_yaml_and_table() {
 }
 
 #[test]
+fn get_controllers_shows_replicas_leader_and_roles() {
+    let s = Server::start();
+    let t = s.ctl(&["get", "controllers"]).ok().to_string();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "REPLICA     STATE     GENERATION   MASTER   SLAVE   OTHER",
+            "c1 (this)   standby   -            0        1       0",
+            "c2          leader    77           1        0       0",
+        ]
+    );
+    let w = s
+        .ctl(&["get", "controllers", "-o", "wide"])
+        .ok()
+        .to_string();
+    assert!(
+        w.contains("node-1=slave") && w.contains("127.0.0.1:7001"),
+        "{w}"
+    );
+    let v = json(s.ctl(&["get", "controller", "c2", "-o", "json"]).ok());
+    assert_eq!(v[0]["state"], "leader");
+    assert_eq!(v[0]["switches"]["node-1"], "master");
+    let e = s.ctl(&["get", "controllers", "c9"]).fails(1).to_string();
+    assert!(e.contains("c9"), "{e}");
+}
+
+#[test]
 fn get_switches_table_wide_and_json() {
     let s = Server::start();
     let t = s.ctl(&["get", "switches"]).ok().to_string();
@@ -835,7 +899,7 @@ fn get_switches_table_wide_and_json() {
     );
     let w = s.ctl(&["get", "switch", "-o", "wide"]).ok().to_string();
     assert!(
-        w.contains("LAST ERROR") && w.contains("OFPBAC_BAD_OUT_PORT"),
+        w.contains("LAST ERROR") && w.contains("OFPBAC_BAD_OUT_PORT") && w.contains("master"),
         "{w}"
     );
     let v = json(s.ctl(&["get", "sw", "node-2", "-o", "json"]).ok());
@@ -844,7 +908,7 @@ fn get_switches_table_wide_and_json() {
         serde_json::json!([{
             "node": "node-2", "dpid": "0x0000000000000002", "connected": false, "synced": false,
             "flows": 0, "desiredFlows": 40, "errors": 3, "peer": "", "lastError": "OFPBAC_BAD_OUT_PORT",
-            "unknown": false
+            "unknown": false, "role": ""
         }])
     );
 }

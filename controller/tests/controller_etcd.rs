@@ -11,7 +11,7 @@ use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-use support::{ctl, desired, sandbox, wait_for, wait_synced, Controller};
+use support::{ctl, desired, leader_of, sandbox, sandbox_all, wait_for, wait_synced, Controller};
 use tonic::transport::Channel;
 
 const NODES: [support::NodeSpec<'static>; 3] = [
@@ -146,11 +146,13 @@ async fn two_replicas_share_one_etcd_and_concurrent_writes_lose_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c1 = Controller::start(&dir.path().join("c1"), &etcd_args(&eps, "/t/"));
     let c2 = Controller::start(&dir.path().join("c2"), &etcd_args(&eps, "/t/"));
-    let sbx = sandbox(&c1, &NODES);
+    // Every bridge connects to both replicas: the elected one is master and programs it.
+    let sbx = sandbox_all(&[&c1, &c2], &NODES);
     let mut a1 = c1.admin().await;
     let mut a2 = c2.admin().await;
     populate(&mut a1).await;
-    wait_synced(&mut a1, &["node-a", "node-b", "node-c"]).await;
+    let mut lead = [&c1, &c2][leader_of(&[&c1, &c2]).await].admin().await;
+    wait_synced(&mut lead, &["node-a", "node-b", "node-c"]).await;
     assert_bridges_match(&sbx, &mut a1).await;
 
     // Everything written through c1 is in c2's model: `flowmeshctl get` shows it, and c2

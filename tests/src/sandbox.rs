@@ -80,7 +80,7 @@ impl BridgeSpec {
 #[derive(Debug, Clone, Default)]
 pub struct SandboxBuilder {
     bridges: Vec<BridgeSpec>,
-    controller: Option<String>,
+    controllers: Vec<String>,
     vxlan_dst_port: Option<u16>,
     max_backoff_ms: Option<u32>,
 }
@@ -98,9 +98,10 @@ impl SandboxBuilder {
         self
     }
 
-    /// Points every bridge at this controller target (e.g. `tcp:127.0.0.1:6653`).
+    /// Points every bridge at this controller target (e.g. `tcp:127.0.0.1:6653`); called
+    /// again, adds another (each bridge then connects to every controller replica).
     pub fn controller(mut self, target: impl Into<String>) -> Self {
-        self.controller = Some(target.into());
+        self.controllers.push(target.into());
         self
     }
 
@@ -248,8 +249,9 @@ impl SandboxBuilder {
                     &format!("ofport_request={ofport}"),
                 ]);
             }
-            if let Some(target) = &self.controller {
-                let id = format!("@c{i}");
+            let mut ids = Vec::new();
+            for (j, target) in self.controllers.iter().enumerate() {
+                let id = format!("@c{i}_{j}");
                 let mut create = vec![
                     "--".to_owned(),
                     format!("--id={id}"),
@@ -262,7 +264,16 @@ impl SandboxBuilder {
                 }
                 let refs: Vec<&str> = create.iter().map(String::as_str).collect();
                 push(&refs);
-                push(&["--", "set", "bridge", br, &format!("controller={id}")]);
+                ids.push(id);
+            }
+            if !ids.is_empty() {
+                push(&[
+                    "--",
+                    "set",
+                    "bridge",
+                    br,
+                    &format!("controller=[{}]", ids.join(",")),
+                ]);
             }
         }
         a
@@ -403,6 +414,32 @@ impl OvsSandbox {
     /// Sets the controller of one bridge.
     pub fn set_controller(&self, bridge: &str, target: &str) -> Result<()> {
         self.ovs.set_controller(bridge, target)
+    }
+
+    /// The role OVS reports for each of a bridge's controllers, by target (`master`,
+    /// `slave`, `other`; absent while that controller is not connected).
+    pub fn controller_roles(
+        &self,
+        bridge: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let out = self.ovs.vsctl([
+            "--format=csv",
+            "--no-headings",
+            "--columns=_uuid,target,role,is_connected",
+            "list",
+            "controller",
+        ])?;
+        let mine = self.ovs.vsctl(["get", "bridge", bridge, "controller"])?;
+        let mut roles = std::collections::BTreeMap::new();
+        for line in out.lines() {
+            let cols: Vec<&str> = line.split(',').map(|c| c.trim_matches('"')).collect();
+            if let [uuid, target, role, connected] = cols[..] {
+                if connected == "true" && mine.contains(uuid) {
+                    roles.insert(target.to_string(), role.to_string());
+                }
+            }
+        }
+        Ok(roles)
     }
 
     /// `ovs-appctl ofproto/trace BRIDGE FLOW`, parsed.

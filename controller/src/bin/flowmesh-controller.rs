@@ -107,6 +107,13 @@ struct Args {
     /// PEM client key for etcd (with --etcd-cert).
     #[arg(long, requires = "etcd_cert")]
     etcd_key: Option<PathBuf>,
+    /// This replica's id among several sharing one etcd (default: HOSTNAME:GRPC_PORT).
+    #[arg(long, env = "FLOWMESH_REPLICA_ID")]
+    replica_id: Option<String>,
+    /// Seconds: the leader's etcd lease TTL. A leader that dies is replaced within about this
+    /// long (etcd raises it to its minimum: 1.5 × its --election-timeout, rounded up).
+    #[arg(long, default_value_t = 2)]
+    leader_ttl: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -269,6 +276,15 @@ async fn run(args: Args) -> ExitCode {
             },
             egress_dns: flowmesh_controller_dns(&args)?,
             etcd: etcd_config(&args)?,
+            replica_id: args.replica_id.clone(),
+            leader_ttl_secs: if args.leader_ttl >= 1 {
+                args.leader_ttl
+            } else {
+                return Err(format!(
+                    "--leader-ttl {}: give whole seconds, at least 1",
+                    args.leader_ttl
+                ));
+            },
             grpc_tls: match (
                 &args.grpc_tls_cert,
                 &args.grpc_tls_key,

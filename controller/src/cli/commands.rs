@@ -10,8 +10,8 @@ use super::args::TraceDestination;
 use super::client::Conn;
 use super::errors::{CliError, Operation, Target};
 use super::output::{
-    self, ClusterNetworkView, EventView, HostSubnetView, NetNamespaceView, NetworkPolicyView,
-    OutputError, OutputFormat, PodView, SwitchView, TraceView,
+    self, ClusterNetworkView, ControllerView, EventView, HostSubnetView, NetNamespaceView,
+    NetworkPolicyView, OutputError, OutputFormat, PodView, SwitchView, TraceView,
 };
 use super::{
     AdmCommand, AnnotateCommand, ApplyArgs, Cli, Command, DeleteArgs, DeleteKind, DumpFlowsArgs,
@@ -489,6 +489,18 @@ async fn get(s: &Session, g: GetArgs) -> Result<(), CliError> {
             let mut v: Vec<SwitchView> = reply.items.iter().map(SwitchView::from).collect();
             v.sort_by(|a, b| (a.unknown, &a.node, &a.dpid).cmp(&(b.unknown, &b.node, &b.dpid)));
             print_list(&select(v, &g.names, |sw| &sw.node, "switches")?, f)
+        }
+        Resource::Controllers => {
+            let conn = s.conn().await?;
+            let req = conn.request(admin::Empty {});
+            let reply = conn
+                .call(
+                    list("controllers"),
+                    conn.client.clone().get_controllers(req),
+                )
+                .await?;
+            let v = ControllerView::all(&reply);
+            print_list(&select(v, &g.names, |c| &c.id, "controllers")?, f)
         }
         Resource::Networkpolicies => {
             let conn = s.conn().await?;

@@ -269,6 +269,9 @@ pub enum Resource {
     /// OpenFlow switches and their sync state.
     #[value(aliases = ["switch", "sw"])]
     Switches,
+    /// Controller replicas, the leader, and the OpenFlow role each holds per switch.
+    #[value(aliases = ["controller", "replicas"])]
+    Controllers,
     /// The cluster network config.
     #[value(aliases = ["clusternetworks", "cn"])]
     Clusternetwork,

@@ -430,6 +430,8 @@ pub struct SwitchView {
     pub last_error: String,
     /// No registered node claims this datapath.
     pub unknown: bool,
+    /// The OpenFlow role the answering replica holds on it (empty: none requested).
+    pub role: String,
 }
 
 impl From<&admin::Switch> for SwitchView {
@@ -445,6 +447,7 @@ impl From<&admin::Switch> for SwitchView {
             peer: s.peer.clone(),
             last_error: s.last_error.clone(),
             unknown: s.unknown,
+            role: s.role.clone(),
         }
     }
 }
@@ -453,7 +456,7 @@ impl Tabular for SwitchView {
     fn headers(wide: bool) -> Vec<&'static str> {
         let mut h = vec!["NODE", "DPID", "CONNECTED", "SYNCED", "FLOWS", "ERRORS"];
         if wide {
-            h.extend(["DESIRED", "PEER", "LAST ERROR"]);
+            h.extend(["DESIRED", "PEER", "ROLE", "LAST ERROR"]);
         }
         h
     }
@@ -475,10 +478,118 @@ impl Tabular for SwitchView {
             r.extend([
                 self.desired_flows.to_string(),
                 self.peer.clone(),
+                if self.role.is_empty() {
+                    "-".into()
+                } else {
+                    self.role.clone()
+                },
                 self.last_error.clone(),
             ]);
         }
         r
+    }
+}
+
+/// A controller replica as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerView {
+    /// Replica id.
+    pub id: String,
+    /// leader, standby, or alone.
+    pub state: String,
+    /// The leader's generation (on the leader's row; 0 elsewhere).
+    pub generation: u64,
+    /// gRPC address.
+    pub grpc: String,
+    /// OpenFlow address.
+    pub openflow: String,
+    /// The replica that answered.
+    pub this: bool,
+    /// The OpenFlow role it holds, by switch.
+    pub switches: std::collections::BTreeMap<String, String>,
+}
+
+impl ControllerView {
+    /// Every replica of a listing.
+    pub fn all(l: &admin::ControllerList) -> Vec<ControllerView> {
+        l.replicas
+            .iter()
+            .map(|r| ControllerView {
+                id: r.id.clone(),
+                state: r.state.clone(),
+                generation: if r.state == "leader" { l.generation } else { 0 },
+                grpc: r.grpc.clone(),
+                openflow: r.openflow.clone(),
+                this: r.this,
+                switches: r
+                    .switches
+                    .iter()
+                    .map(|s| (s.switch.clone(), s.role.clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+impl Tabular for ControllerView {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut h = vec!["REPLICA", "STATE", "GENERATION", "MASTER", "SLAVE", "OTHER"];
+        if wide {
+            h.extend(["GRPC", "OPENFLOW", "ROLES"]);
+        }
+        h
+    }
+    fn row(&self, wide: bool) -> Vec<String> {
+        let count = |role: &str| {
+            self.switches
+                .values()
+                .filter(|r| r.as_str() == role)
+                .count()
+        };
+        let other = self.switches.len() - count("master") - count("slave");
+        let id = if self.this {
+            format!("{} (this)", self.id)
+        } else {
+            self.id.clone()
+        };
+        let mut r = vec![
+            id,
+            self.state.clone(),
+            if self.generation == 0 {
+                "-".into()
+            } else {
+                self.generation.to_string()
+            },
+            count("master").to_string(),
+            count("slave").to_string(),
+            other.to_string(),
+        ];
+        if wide {
+            let roles: Vec<String> = self
+                .switches
+                .iter()
+                .map(|(s, role)| format!("{s}={role}"))
+                .collect();
+            r.extend([
+                or_dash(&self.grpc),
+                or_dash(&self.openflow),
+                if roles.is_empty() {
+                    "-".into()
+                } else {
+                    roles.join(",")
+                },
+            ]);
+        }
+        r
+    }
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
     }
 }
 

@@ -74,6 +74,8 @@ pub struct EtcdStore {
     rt: Option<tokio::runtime::Runtime>,
     client: Client,
     cfg: EtcdConfig,
+    /// While this replica leads: the leader key and revision every write is compared with.
+    fence: crate::ha::Fence,
 }
 
 impl Drop for EtcdStore {
@@ -181,6 +183,7 @@ impl EtcdStore {
             rt: Some(rt),
             client,
             cfg,
+            fence: crate::ha::Fence::default(),
         })
     }
 
@@ -209,6 +212,16 @@ impl EtcdStore {
     /// The prefix under which every record lives.
     pub fn prefix(&self) -> &str {
         &self.cfg.prefix
+    }
+
+    /// A client for the leader election (it shares the store's connections).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The fence the leader election sets while this replica leads.
+    pub fn fence(&self) -> crate::ha::Fence {
+        self.fence.clone()
     }
 }
 
@@ -300,6 +313,11 @@ impl StateBackend for EtcdStore {
             reads.push(TxnOp::get(full.clone(), None));
             keys.push((full, g.expected));
         }
+        let fence = self.fence.current();
+        if let Some((key, rev)) = &fence {
+            compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
+            reads.push(TxnOp::get(key.clone(), None));
+        }
         let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
         let mut client = self.client.clone();
         let cfg = self.cfg.clone();
@@ -309,8 +327,22 @@ impl StateBackend for EtcdStore {
         if resp.succeeded() {
             return Ok(revision);
         }
+        let responses = resp.op_responses();
+        if let (Some((key, rev)), Some(TxnOpResponse::Get(g))) = (&fence, responses.last()) {
+            let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+            if found != *rev {
+                return Err(StoreError::NotLeader(format!(
+                    "this replica's leadership (generation {rev}) ended: {key} is {}",
+                    if found == 0 {
+                        "gone".to_string()
+                    } else {
+                        format!("at generation {found}")
+                    }
+                )));
+            }
+        }
         // Name the first key whose revision moved.
-        for (op, (key, expected)) in resp.op_responses().into_iter().zip(keys) {
+        for (op, (key, expected)) in responses.into_iter().zip(keys) {
             if let TxnOpResponse::Get(g) = op {
                 let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
                 if found != expected {

@@ -50,6 +50,10 @@ pub enum StoreError {
     /// The store cannot be reached or cannot commit (e.g. etcd without quorum).
     #[error("{0}")]
     Unavailable(String),
+    /// The write was fenced: this replica wrote as leader, and is no longer (nothing of the
+    /// batch was written).
+    #[error("{0}; nothing was written")]
+    NotLeader(String),
 }
 
 /// One change of a guarded batch: the change and the mod revision of the record the writer

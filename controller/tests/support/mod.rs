@@ -120,9 +120,15 @@ pub type NodeSpec<'a> = (&'a str, u64, &'a [(&'a str, u32)]);
 
 /// Sandbox bridges named after nodes, pointed at the controller.
 pub fn sandbox(ctl: &Controller, nodes: &[NodeSpec<'_>]) -> OvsSandbox {
-    let mut b = OvsSandbox::builder()
-        .controller(ctl.target())
-        .controller_max_backoff_ms(1000);
+    sandbox_all(&[ctl], nodes)
+}
+
+/// Sandbox bridges named after nodes, each connected to every one of `ctls` (replicas).
+pub fn sandbox_all(ctls: &[&Controller], nodes: &[NodeSpec<'_>]) -> OvsSandbox {
+    let mut b = OvsSandbox::builder().controller_max_backoff_ms(1000);
+    for c in ctls {
+        b = b.controller(c.target());
+    }
     for (name, dpid, pods) in nodes {
         let mut spec = BridgeSpec::new(*name, *dpid);
         for (p, ofport) in pods.iter() {
@@ -131,6 +137,51 @@ pub fn sandbox(ctl: &Controller, nodes: &[NodeSpec<'_>]) -> OvsSandbox {
         b = b.bridge(spec);
     }
     b.start().expect("sandbox")
+}
+
+/// One counter from a controller's metrics endpoint (0 when it is absent or unreachable).
+pub fn metric(c: &Controller, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(c.metrics) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The index in `cs` of the replica that leads, as `get controllers` through any live one
+/// reports it; waits up to 20 s for an election.
+pub async fn leader_of(cs: &[&Controller]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for c in cs.iter().filter(|c| c.child.is_some()) {
+            let Ok(mut a) = AdminClient::connect(format!("http://{}", c.grpc)).await else {
+                continue;
+            };
+            let Ok(l) = a.get_controllers(pa::Empty {}).await else {
+                continue;
+            };
+            let l = l.into_inner();
+            let grpc = l
+                .replicas
+                .iter()
+                .find(|r| r.id == l.leader)
+                .map(|r| r.grpc.clone());
+            if let Some(i) = cs
+                .iter()
+                .position(|c| c.child.is_some() && Some(c.grpc.to_string()) == grpc)
+            {
+                return i;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Sorted flow lines the controller wants on `node`.

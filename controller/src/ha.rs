@@ -1,0 +1,677 @@
+//! Several controller replicas on one etcd datastore: one leader, elected through an etcd
+//! lease, programs the switches as OpenFlow **master**; the others are **standby**: connected
+//! to every switch as **slave**, their model kept current by the store's watch, ready to take
+//! over with a hitless resync.
+//!
+//! * Election: every replica holds a lease (TTL `--leader-ttl`, kept alive every third of it)
+//!   and tries to create the leader key `PREFIX-ha/leader` bound to it (`create_revision == 0`
+//!   in one transaction). The winner's generation is the etcd revision of that creation, so
+//!   generations only grow. Standbys watch the key and campaign again when it is deleted
+//!   (the leader resigned, or its lease ran out).
+//! * Fencing: the leader's store writes compare the leader key's revision with its generation
+//!   (a deposed leader's writes fail), its role requests carry the generation (a switch
+//!   refuses a stale one), and a leader that could not renew its lease within the TTL steps
+//!   down before etcd lets anyone else win — so a process resumed after a pause does not
+//!   write first and learn later.
+//! * Registration: each replica keeps `PREFIX-ha/replicas/ID` (bound to its lease) with its
+//!   addresses and the role it holds on each switch, for `flowmeshctl get controllers`.
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// What this replica is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The only controller (embedded datastore, or etcd without election): it programs the
+    /// switches and requests no OpenFlow role.
+    Alone,
+    /// The elected leader: OpenFlow master with this generation id.
+    Leader {
+        /// The generation (the etcd revision of the election).
+        generation: u64,
+    },
+    /// A standby: OpenFlow slave; `generation` is the current leader's (0: none known).
+    Standby {
+        /// The leader's generation.
+        generation: u64,
+        /// The leader's replica id, if one is known.
+        leader: Option<String>,
+    },
+}
+
+impl Standing {
+    /// The OpenFlow role to hold on every switch (None: request none).
+    pub fn role(&self) -> Option<(ofproto::message::Role, u64)> {
+        use ofproto::message::Role;
+        match self {
+            Standing::Alone => None,
+            Standing::Leader { generation } => Some((Role::Master, *generation)),
+            Standing::Standby { generation, .. } => Some((Role::Slave, *generation)),
+        }
+    }
+
+    /// The role's name for status output.
+    pub fn role_name(&self) -> &'static str {
+        match self {
+            Standing::Alone => "equal",
+            Standing::Leader { .. } => "master",
+            Standing::Standby { .. } => "slave",
+        }
+    }
+}
+
+/// This replica's standing, shared by the election, the core and the reconcilers.
+pub struct Leadership {
+    standing: watch::Sender<Standing>,
+    /// Until when the leader's lease is surely held (a local clock; None: not leading).
+    valid_until: Mutex<Option<Instant>>,
+    /// The role this replica holds on each switch, by node (or datapath id) — for
+    /// `get controllers`; `roles_version` counts changes.
+    roles: Mutex<BTreeMap<String, String>>,
+    roles_version: AtomicU64,
+    /// Where replicas register (etcd client and key prefix), for `get controllers`.
+    registry: std::sync::OnceLock<(Client, String, String)>,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Leadership({:?})", *self.standing.borrow())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Leadership {
+    /// A controller with no other replica.
+    pub fn alone() -> Arc<Self> {
+        Self::with(Standing::Alone)
+    }
+
+    /// A replica that starts as a standby and waits for the election.
+    pub fn standby() -> Arc<Self> {
+        Self::with(Standing::Standby {
+            generation: 0,
+            leader: None,
+        })
+    }
+
+    fn with(s: Standing) -> Arc<Self> {
+        let (standing, _) = watch::channel(s);
+        Arc::new(Leadership {
+            standing,
+            valid_until: Mutex::new(None),
+            roles: Mutex::new(BTreeMap::new()),
+            roles_version: AtomicU64::new(0),
+            registry: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The current standing.
+    pub fn standing(&self) -> Standing {
+        self.standing.borrow().clone()
+    }
+
+    /// Follow the standing.
+    pub fn subscribe(&self) -> watch::Receiver<Standing> {
+        self.standing.subscribe()
+    }
+
+    /// Whether this replica does the leader's work (alone, or leader).
+    pub fn leads(&self) -> bool {
+        !matches!(*self.standing.borrow(), Standing::Standby { .. })
+    }
+
+    /// Whether this replica may write to switches now: alone, or leader with a lease that is
+    /// surely still held.
+    pub fn may_program(&self) -> bool {
+        match *self.standing.borrow() {
+            Standing::Alone => true,
+            Standing::Leader { .. } => lock(&self.valid_until).is_some_and(|t| Instant::now() < t),
+            Standing::Standby { .. } => false,
+        }
+    }
+
+    fn set(&self, s: Standing, valid_until: Option<Instant>) {
+        *lock(&self.valid_until) = valid_until;
+        self.standing.send_if_modified(|cur| {
+            if *cur == s {
+                false
+            } else {
+                *cur = s;
+                true
+            }
+        });
+    }
+
+    fn extend(&self, until: Instant) {
+        *lock(&self.valid_until) = Some(until);
+    }
+
+    /// Where replicas register (set once, by the server).
+    pub fn set_registry(&self, client: Client, prefix: String, id: String) {
+        let _ = self.registry.set((client, prefix, id));
+    }
+
+    /// This replica's id (None: it has no registry).
+    pub fn id(&self) -> Option<String> {
+        self.registry.get().map(|(_, _, id)| id.clone())
+    }
+
+    /// Every registered replica and the leader (None: no other replicas are possible).
+    pub async fn view(&self) -> Option<Result<ReplicaView, etcd_client::Error>> {
+        let (c, p, _) = self.registry.get()?.clone();
+        Some(view(c, &p).await)
+    }
+
+    /// Record the role this replica holds on a switch ("" removes it).
+    pub fn set_switch_role(&self, switch: &str, role: &str) {
+        let mut r = lock(&self.roles);
+        let changed = if role.is_empty() {
+            r.remove(switch).is_some()
+        } else {
+            r.insert(switch.to_string(), role.to_string()).as_deref() != Some(role)
+        };
+        if changed {
+            self.roles_version.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The roles this replica holds, by switch.
+    pub fn switch_roles(&self) -> BTreeMap<String, String> {
+        lock(&self.roles).clone()
+    }
+}
+
+/// The store-side fence: while set, every etcd write also compares the leader key's mod
+/// revision with the generation, so a deposed leader's writes fail.
+#[derive(Clone, Debug, Default)]
+pub struct Fence(Arc<Mutex<Option<(String, i64)>>>);
+
+impl Fence {
+    /// The comparison to add to a write, if any.
+    pub fn current(&self) -> Option<(String, i64)> {
+        lock(&self.0).clone()
+    }
+    /// Set or clear the comparison (the election does, as it wins and loses).
+    pub fn set(&self, f: Option<(String, i64)>) {
+        *lock(&self.0) = f;
+    }
+}
+
+/// One replica as registered in etcd.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReplicaInfo {
+    /// The replica id (`--replica-id`, default the host name and the gRPC port).
+    pub id: String,
+    /// Its gRPC address.
+    pub grpc: String,
+    /// Its OpenFlow address.
+    pub openflow: String,
+    /// When it started (seconds since the epoch).
+    pub started: u64,
+    /// "leader" or "standby".
+    #[serde(default)]
+    pub state: String,
+    /// The leader's generation as this replica knows it.
+    #[serde(default)]
+    pub generation: u64,
+    /// The OpenFlow role it holds, by switch (node name, or datapath id for an unknown one).
+    #[serde(default)]
+    pub switches: BTreeMap<String, String>,
+}
+
+/// The leader key's value.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct LeaderValue {
+    id: String,
+    lease: i64,
+}
+
+/// Election settings.
+#[derive(Clone, Debug)]
+pub struct HaConfig {
+    /// This replica's id (unique among replicas).
+    pub id: String,
+    /// Lease TTL in whole seconds (etcd raises it to its own minimum, 1.5 × its election
+    /// timeout rounded up: 2 s with etcd's defaults).
+    pub ttl_secs: i64,
+}
+
+/// What `get controllers` shows.
+#[derive(Clone, Debug, Default)]
+pub struct ReplicaView {
+    /// Every registered replica, by id.
+    pub replicas: Vec<ReplicaInfo>,
+    /// The leader's id (empty: none).
+    pub leader: String,
+    /// The leader's generation.
+    pub generation: u64,
+}
+
+/// The keys the election uses, beside (not under) the records' prefix, so the store's watch
+/// never sees them.
+pub fn ha_prefix(record_prefix: &str) -> String {
+    format!("{}-ha/", record_prefix.trim_end_matches('/'))
+}
+
+/// Read every replica and the leader.
+pub async fn view(mut client: Client, prefix: &str) -> Result<ReplicaView, etcd_client::Error> {
+    let resp = client
+        .get(
+            format!("{prefix}replicas/"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await?;
+    let mut replicas: Vec<ReplicaInfo> = resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+        .collect();
+    replicas.sort_by(|a, b| a.id.cmp(&b.id));
+    let l = client.get(format!("{prefix}leader"), None).await?;
+    let (leader, generation) = match l.kvs().first() {
+        Some(kv) => (
+            serde_json::from_slice::<LeaderValue>(kv.value())
+                .map(|v| v.id)
+                .unwrap_or_default(),
+            kv.create_revision() as u64,
+        ),
+        None => (String::new(), 0),
+    };
+    Ok(ReplicaView {
+        replicas,
+        leader,
+        generation,
+    })
+}
+
+/// How a held lease ended.
+enum LeaseEnd {
+    /// It could not be renewed in time (or etcd says it expired).
+    Lost(String),
+    /// The replica is shutting down (the lease was revoked).
+    Stopped,
+}
+
+/// Run the election until `stop` turns true (then resign: the lease is revoked, so a standby
+/// takes over at once).
+pub async fn run(
+    client: Client,
+    prefix: String,
+    cfg: HaConfig,
+    me: ReplicaInfo,
+    lead: Arc<Leadership>,
+    fence: Fence,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ttl = Duration::from_secs(cfg.ttl_secs.max(1) as u64);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let mut c = client.clone();
+        let lease = match c.lease_grant(cfg.ttl_secs.max(1), None).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election: no lease (etcd unavailable?); retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        // The lease's real TTL: etcd raises a short one to its minimum.
+        let granted = Duration::from_secs(lease.ttl().max(1) as u64);
+        let ttl = ttl.max(granted);
+        let id = lease.id();
+        let granted_at = Instant::now();
+        tracing::info!(lease = id, ttl_s = ttl.as_secs(), replica = %cfg.id, "leader election: lease granted");
+        let end = hold_lease(
+            &client, &prefix, &cfg, &me, id, ttl, granted_at, &lead, &fence, &mut stop,
+        )
+        .await;
+        fence.set(None);
+        let was_leader = matches!(lead.standing(), Standing::Leader { .. });
+        let generation = match lead.standing() {
+            Standing::Leader { generation } | Standing::Standby { generation, .. } => generation,
+            Standing::Alone => 0,
+        };
+        lead.set(
+            Standing::Standby {
+                generation,
+                leader: None,
+            },
+            None,
+        );
+        match end {
+            LeaseEnd::Stopped => {
+                let mut c = client.clone();
+                let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(id)).await;
+                tracing::info!(replica = %cfg.id, was_leader, "leader election: resigned");
+                return;
+            }
+            LeaseEnd::Lost(why) => {
+                tracing::warn!(replica = %cfg.id, was_leader, %why, "leader election: lease lost; now standby, campaigning again");
+            }
+        }
+    }
+}
+
+/// Keep a lease alive; campaign with it, and while leader or standby, follow the leader key.
+#[allow(clippy::too_many_arguments)]
+async fn hold_lease(
+    client: &Client,
+    prefix: &str,
+    cfg: &HaConfig,
+    me: &ReplicaInfo,
+    lease: i64,
+    ttl: Duration,
+    granted_at: Instant,
+    lead: &Arc<Leadership>,
+    fence: &Fence,
+    stop: &mut watch::Receiver<bool>,
+) -> LeaseEnd {
+    let mut c = client.clone();
+    let (mut keeper, mut responses) = match c.lease_keep_alive(lease).await {
+        Ok(k) => k,
+        Err(e) => return LeaseEnd::Lost(format!("keep-alive: {e}")),
+    };
+    // The lease is surely held until the last renewal that etcd confirmed, sent at
+    // `confirmed`, plus the TTL; stepping down a sixth of the TTL before that leaves room.
+    let margin = ttl / 6;
+    let mut confirmed = granted_at;
+    let mut sent_at = granted_at;
+    let period = (ttl / 3).max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let leader_key = format!("{prefix}leader");
+    let replica_key = format!("{prefix}replicas/{}", cfg.id);
+    let mut registered_version = u64::MAX;
+    let mut registered_state = String::new();
+    // The leader key's watch: Some while following another leader (or ourselves).
+    let mut follow: Option<etcd_client::WatchStream> = None;
+    let mut campaign_now = true;
+    loop {
+        if Instant::now() + margin >= confirmed + ttl {
+            return LeaseEnd::Lost(format!(
+                "not renewed for {} ms (TTL {} s)",
+                confirmed.elapsed().as_millis(),
+                ttl.as_secs()
+            ));
+        }
+        if campaign_now {
+            campaign_now = false;
+            match campaign(client, &leader_key, &cfg.id, lease).await {
+                Ok(Campaign::Won(rev)) => {
+                    let generation = rev as u64;
+                    fence.set(Some((leader_key.clone(), rev)));
+                    lead.set(
+                        Standing::Leader { generation },
+                        Some(confirmed + ttl - margin),
+                    );
+                    tracing::info!(replica = %cfg.id, generation, "leader election: elected leader");
+                    follow = watch_key(client, &leader_key, rev + 1).await;
+                }
+                Ok(Campaign::Lost {
+                    leader,
+                    generation,
+                    revision,
+                }) => {
+                    if leader == cfg.id {
+                        // Our own key from an earlier lease of this process cannot exist
+                        // (it is bound to that lease); treat like any other holder.
+                        tracing::debug!("leader key names this replica under another lease");
+                    }
+                    lead.set(
+                        Standing::Standby {
+                            generation: generation as u64,
+                            leader: Some(leader.clone()),
+                        },
+                        None,
+                    );
+                    tracing::info!(replica = %cfg.id, %leader, generation, "leader election: standby");
+                    follow = watch_key(client, &leader_key, revision + 1).await;
+                    if follow.is_none() {
+                        campaign_now = true;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: campaign failed; retrying");
+                    campaign_now = true;
+                }
+            }
+        }
+        // Publish this replica's registration when it changed.
+        let version = lead.roles_version.load(Ordering::Relaxed);
+        let state = match lead.standing() {
+            Standing::Leader { .. } => "leader",
+            _ => "standby",
+        };
+        if version != registered_version || state != registered_state {
+            let (generation, _) = match lead.standing() {
+                Standing::Leader { generation } => (generation, ()),
+                Standing::Standby { generation, .. } => (generation, ()),
+                Standing::Alone => (0, ()),
+            };
+            let info = ReplicaInfo {
+                state: state.to_string(),
+                generation,
+                switches: lead.switch_roles(),
+                ..me.clone()
+            };
+            if let Ok(v) = serde_json::to_vec(&info) {
+                let mut c = client.clone();
+                if c.put(
+                    replica_key.clone(),
+                    v,
+                    Some(PutOptions::new().with_lease(lease)),
+                )
+                .await
+                .is_ok()
+                {
+                    registered_version = version;
+                    registered_state = state.to_string();
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => {
+                if *stop.borrow() {
+                    return LeaseEnd::Stopped;
+                }
+            }
+            _ = tick.tick() => {
+                sent_at = Instant::now();
+                if let Err(e) = keeper.keep_alive().await {
+                    tracing::debug!(error = %e, "lease keep-alive not sent");
+                }
+            }
+            r = responses.message() => match r {
+                Ok(Some(resp)) => {
+                    if resp.ttl() <= 0 {
+                        return LeaseEnd::Lost("etcd says the lease expired".into());
+                    }
+                    confirmed = sent_at;
+                    if matches!(lead.standing(), Standing::Leader { .. }) {
+                        lead.extend(confirmed + ttl - margin);
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    // The stream broke (a member went away): open another one; the deadline
+                    // above still counts from the last confirmed renewal.
+                    let mut c = client.clone();
+                    match c.lease_keep_alive(lease).await {
+                        Ok((k, s)) => { keeper = k; responses = s; }
+                        Err(_) => tokio::time::sleep(period / 2).await,
+                    }
+                }
+            },
+            ev = next_event(&mut follow) => match ev {
+                KeyEvent::Deleted => {
+                    tracing::info!(replica = %cfg.id, "leader election: the leader key is gone; campaigning");
+                    campaign_now = true;
+                    follow = None;
+                }
+                KeyEvent::Broken => {
+                    // Look again (campaigning is harmless: it fails while a leader holds the key).
+                    follow = None;
+                    campaign_now = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                KeyEvent::Other => {}
+            },
+        }
+    }
+}
+
+enum Campaign {
+    Won(i64),
+    Lost {
+        leader: String,
+        generation: i64,
+        revision: i64,
+    },
+}
+
+async fn campaign(
+    client: &Client,
+    key: &str,
+    id: &str,
+    lease: i64,
+) -> Result<Campaign, etcd_client::Error> {
+    let value = serde_json::to_vec(&LeaderValue {
+        id: id.to_string(),
+        lease,
+    })
+    .unwrap_or_default();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(key, None)]);
+    let mut c = client.clone();
+    let resp = c.txn(txn).await?;
+    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+    if resp.succeeded() {
+        return Ok(Campaign::Won(revision));
+    }
+    for op in resp.op_responses() {
+        if let TxnOpResponse::Get(g) = op {
+            if let Some(kv) = g.kvs().first() {
+                let leader = serde_json::from_slice::<LeaderValue>(kv.value())
+                    .map(|v| v.id)
+                    .unwrap_or_default();
+                return Ok(Campaign::Lost {
+                    leader,
+                    generation: kv.create_revision(),
+                    revision,
+                });
+            }
+        }
+    }
+    // The key vanished between the comparison and the read: someone else's turn, or ours
+    // on the next try.
+    Ok(Campaign::Lost {
+        leader: String::new(),
+        generation: 0,
+        revision,
+    })
+}
+
+async fn watch_key(client: &Client, key: &str, from: i64) -> Option<etcd_client::WatchStream> {
+    let mut c = client.clone();
+    c.watch(key, Some(WatchOptions::new().with_start_revision(from)))
+        .await
+        .ok()
+}
+
+enum KeyEvent {
+    Deleted,
+    Broken,
+    Other,
+}
+
+/// The next event of the followed key (pending forever when nothing is followed).
+async fn next_event(follow: &mut Option<etcd_client::WatchStream>) -> KeyEvent {
+    let Some(s) = follow.as_mut() else {
+        return std::future::pending().await;
+    };
+    match s.message().await {
+        Ok(Some(resp)) => {
+            if resp.canceled() || resp.compact_revision() > 0 {
+                return KeyEvent::Broken;
+            }
+            if resp
+                .events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
+            {
+                KeyEvent::Deleted
+            } else {
+                KeyEvent::Other
+            }
+        }
+        Ok(None) | Err(_) => KeyEvent::Broken,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ha_keys_sit_beside_the_record_prefix() {
+        let p = ha_prefix("/flowmesh/");
+        assert_eq!(p, "/flowmesh-ha/");
+        // Not inside the records' prefix range, so the store's watch never sees them.
+        assert!(!p.starts_with("/flowmesh/"));
+    }
+
+    #[test]
+    fn standing_decides_roles_and_programming() {
+        let l = Leadership::standby();
+        assert!(!l.leads());
+        assert!(!l.may_program());
+        l.set(Standing::Leader { generation: 7 }, None);
+        assert!(l.leads());
+        // Leader without a confirmed lease: may not program.
+        assert!(!l.may_program());
+        l.extend(Instant::now() + Duration::from_secs(5));
+        assert!(l.may_program());
+        assert_eq!(
+            l.standing().role(),
+            Some((ofproto::message::Role::Master, 7))
+        );
+        l.extend(Instant::now() - Duration::from_millis(1));
+        assert!(!l.may_program(), "a lapsed lease stops programming");
+        assert!(Leadership::alone().may_program());
+        assert_eq!(Standing::Alone.role(), None);
+    }
+
+    #[test]
+    fn switch_roles_count_changes() {
+        let l = Leadership::alone();
+        l.set_switch_role("node1", "master");
+        let v = l.roles_version.load(Ordering::Relaxed);
+        l.set_switch_role("node1", "master");
+        assert_eq!(l.roles_version.load(Ordering::Relaxed), v);
+        l.set_switch_role("node1", "");
+        assert!(l.switch_roles().is_empty());
+    }
+}

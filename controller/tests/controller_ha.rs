@@ -1,0 +1,422 @@
+//! High availability against a real 3-member etcd cluster and real Open vSwitch bridges, each
+//! bridge connected to three controller replicas: the elected leader is OpenFlow master, the
+//! others slave; killing the leader (kill -9) makes a standby master on every switch within
+//! the lease TTL with no flow-mod sent and no acknowledged write lost; a hung leader
+//! (SIGSTOP) is fenced and rejoins as a standby without writing; a deposed leader's store
+//! writes fail the lease comparison.
+
+mod support;
+
+use flowmesh_tests::{EtcdCluster, OvsSandbox};
+use proto::admin::admin_client::AdminClient;
+use proto::admin::{self as pa};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use support::{desired, leader_of, metric, sandbox_all, send_signal, wait_for, Controller};
+use tonic::transport::Channel;
+
+const NODES: [support::NodeSpec<'static>; 3] = [
+    ("node-a", 0xa, &[("p1", 3), ("p2", 4)]),
+    ("node-b", 0xb, &[("p1", 3)]),
+    ("node-c", 0xc, &[("p1", 3)]),
+];
+const MODS: &str = "flowmesh_flow_mods_sent_total";
+const ERRORS: &str = "flowmesh_switch_errors_total";
+
+fn start_replicas(dir: &std::path::Path, eps: &str, prefix: &str) -> Vec<Controller> {
+    (1..=3)
+        .map(|i| {
+            let id = format!("c{i}");
+            Controller::start(
+                &dir.join(&id),
+                &[
+                    "--datastore",
+                    "etcd",
+                    "--etcd-endpoints",
+                    eps,
+                    "--etcd-prefix",
+                    prefix,
+                    "--replica-id",
+                    &id,
+                    "--leader-ttl",
+                    "1",
+                ],
+            )
+        })
+        .collect()
+}
+
+/// Retry a call while the replica it goes to is briefly unable (a switch still connecting,
+/// a conflict with another replica, a write fenced during a leader change).
+async fn write_ns(admin: &mut AdminClient<Channel>, name: &str) -> Result<(), tonic::Status> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match admin
+            .create_namespace(pa::NameRequest { name: name.into() })
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(e.code(), tonic::Code::Aborted | tonic::Code::Unavailable)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn populate(admin: &mut AdminClient<Channel>) {
+    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
+        admin
+            .add_node(pa::AddNodeRequest {
+                name: name.to_string(),
+                node_ip: format!("172.31.0.{}", i + 1),
+                dpid: *dpid,
+            })
+            .await
+            .expect("add node");
+    }
+    for ns in ["ns1", "ns2"] {
+        write_ns(admin, ns).await.expect("namespace");
+    }
+    for (node, port, ns, ofport) in [
+        ("node-a", "p1", "ns1", 3),
+        ("node-a", "p2", "ns2", 4),
+        ("node-b", "p1", "ns1", 3),
+        ("node-c", "p1", "ns2", 3),
+    ] {
+        admin
+            .attach_pod(pa::AttachPodRequest {
+                node: node.into(),
+                namespace: ns.into(),
+                name: format!("{node}-{port}"),
+                port_name: OvsSandbox::port_name(node, port),
+                ofport,
+                ..Default::default()
+            })
+            .await
+            .expect("attach pod");
+    }
+}
+
+/// Every bridge holds what `admin`'s replica computes for it.
+async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>) {
+    for (node, _, _) in NODES {
+        let want = desired(admin, node).await;
+        wait_for(
+            &format!("{node} to hold the desired flows"),
+            Duration::from_secs(15),
+            async || sbx.dump_flows(node).expect("dump") == want,
+        )
+        .await;
+    }
+}
+
+/// Whether every switch granted `c` the master role (its ROLE_REPLY, as `get switches`
+/// shows it).
+async fn granted_master_everywhere(c: &Controller) -> bool {
+    granted_everywhere(c, "master").await
+}
+
+/// Whether every switch is connected to `c` and granted it `role`.
+async fn granted_everywhere(c: &Controller, role: &str) -> bool {
+    let Ok(mut a) = AdminClient::connect(format!("http://{}", c.grpc)).await else {
+        return false;
+    };
+    let Ok(sw) = a.list_switches(pa::Empty {}).await else {
+        return false;
+    };
+    let sw = sw.into_inner().items;
+    NODES.iter().all(|(n, _, _)| {
+        sw.iter()
+            .any(|s| s.node == *n && s.connected && s.role == role)
+    })
+}
+
+/// Whether OVS's database shows replica `target` as master, and every other connected one as
+/// slave, on every bridge (ovs-vswitchd refreshes these columns every few seconds).
+fn master_everywhere(sbx: &OvsSandbox, target: &str) -> bool {
+    NODES.iter().all(|(n, _, _)| {
+        let roles = sbx.controller_roles(n).unwrap_or_default();
+        roles.get(target).map(String::as_str) == Some("master")
+            && roles.iter().all(|(t, r)| t == target || r == "slave")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_hands_every_switch_to_a_standby_hitlessly() {
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cs = start_replicas(dir.path(), &eps, "/ha/");
+    let sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
+    let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
+    let mut admin = cs[l].admin().await;
+    populate(&mut admin).await;
+    bridges_match(&sbx, &mut admin).await;
+    wait_for(
+        "one master per bridge",
+        Duration::from_secs(15),
+        async || master_everywhere(&sbx, &cs[l].target()),
+    )
+    .await;
+
+    // `get controllers` shows the three replicas, the leader and its roles.
+    let view = ctl_controllers(&cs[(l + 1) % 3]).await;
+    assert_eq!(view.replicas.len(), 3, "{view:?}");
+    assert_eq!(view.leader, format!("c{}", l + 1), "{view:?}");
+
+    let kills = 10;
+    let mut takeovers = Vec::new();
+    let mut mods_on_takeover = 0;
+    let mut acked: Vec<String> = Vec::new();
+    for k in 0..kills {
+        let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
+        let standbys: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+        let mods_before: u64 = standbys.iter().map(|i| metric(&cs[*i], MODS)).sum();
+        let flows_before: Vec<Vec<String>> = NODES
+            .iter()
+            .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+            .collect();
+        // A writer keeps creating namespaces through a standby across the kill; every
+        // acknowledged one must survive.
+        let mut w = cs[standbys[0]].admin().await;
+        let writer = tokio::spawn(async move {
+            let mut ok = Vec::new();
+            for j in 0..15 {
+                let name = format!("w{k}-{j}");
+                if write_ns(&mut w, &name).await.is_ok() {
+                    ok.push(name);
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            ok
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        cs[l].kill9();
+        let deadline = t0 + Duration::from_secs(10);
+        let new = 'found: loop {
+            for i in &standbys {
+                if granted_master_everywhere(&cs[*i]).await {
+                    break 'found *i;
+                }
+            }
+            assert!(Instant::now() < deadline, "no standby became master");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let took = t0.elapsed();
+        takeovers.push(took);
+        // OVS agrees (its database's role column lags by its status refresh).
+        wait_for(
+            "OVS to show the new master",
+            Duration::from_secs(15),
+            async || master_everywhere(&sbx, &cs[new].target()),
+        )
+        .await;
+        acked.extend(writer.await.expect("writer"));
+        let mut a = cs[new].admin().await;
+        bridges_match(&sbx, &mut a).await;
+        let mods_after: u64 = standbys.iter().map(|i| metric(&cs[*i], MODS)).sum();
+        // What the new leader sent beyond the writer's namespaces (which add no flows).
+        mods_on_takeover += mods_after - mods_before;
+        let flows_after: Vec<Vec<String>> = NODES
+            .iter()
+            .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+            .collect();
+        assert_eq!(flows_before, flows_after, "takeover {k} changed flows");
+        eprintln!(
+            "kill {k}: c{} -> c{} master on every switch after {} ms",
+            l + 1,
+            new + 1,
+            took.as_millis()
+        );
+        // The killed replica comes back as a standby, connected as slave to every switch.
+        cs[l].spawn();
+        wait_for(
+            "the restarted replica to be a ready standby",
+            Duration::from_secs(20),
+            async || granted_everywhere(&cs[l], "slave").await,
+        )
+        .await;
+    }
+    let mut a = cs[leader_of(&cs.iter().collect::<Vec<_>>()).await]
+        .admin()
+        .await;
+    let stored: BTreeSet<String> = a
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("namespaces")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let lost = acked.iter().filter(|n| !stored.contains(*n)).count();
+    takeovers.sort();
+    let ms = |d: Duration| d.as_millis();
+    eprintln!(
+        "takeover_p50_ms={} takeover_max_ms={} kills={kills} flow_mods_on_takeover={mods_on_takeover} lost_writes={lost} acked_writes={}",
+        ms(takeovers[takeovers.len() / 2]),
+        ms(*takeovers.last().expect("kills")),
+        acked.len()
+    );
+    assert_eq!(lost, 0, "acknowledged writes lost");
+    assert_eq!(mods_on_takeover, 0, "a takeover sent flow-mods");
+    assert!(acked.len() > kills, "the writer got nothing through");
+    assert!(
+        takeovers.iter().all(|t| *t < Duration::from_secs(2)),
+        "a takeover took 2 s or more: {takeovers:?}"
+    );
+}
+
+async fn ctl_controllers(c: &Controller) -> pa::ControllerList {
+    c.admin()
+        .await
+        .get_controllers(pa::Empty {})
+        .await
+        .expect("get controllers")
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cs = start_replicas(dir.path(), &eps, "/hung/");
+    let sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
+    let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
+    let mut admin = cs[l].admin().await;
+    populate(&mut admin).await;
+    bridges_match(&sbx, &mut admin).await;
+    let old = &cs[l];
+    let mods = metric(old, MODS);
+    let errors = metric(old, ERRORS);
+
+    let pid = old.child.as_ref().expect("running").id();
+    send_signal(pid, "STOP");
+    let others: Vec<&Controller> = cs.iter().filter(|c| c.grpc != old.grpc).collect();
+    let new = others[leader_of(&others).await];
+    wait_for(
+        "a standby to be master",
+        Duration::from_secs(5),
+        async || granted_master_everywhere(new).await,
+    )
+    .await;
+    // A change while the old leader hangs: when it resumes it sees it through the watch and
+    // would push it if it were not fenced.
+    let mut a = new.admin().await;
+    a.attach_pod(pa::AttachPodRequest {
+        node: "node-b".into(),
+        namespace: "ns2".into(),
+        name: "while-hung".into(),
+        port_name: "veth-hung".into(),
+        ofport: 7,
+        ..Default::default()
+    })
+    .await
+    .expect("attach through the new leader");
+    bridges_match(&sbx, &mut a).await;
+    send_signal(pid, "CONT");
+
+    // It learns it lost the lease, writes nothing, and rejoins as a standby.
+    wait_for(
+        "the old leader to be a standby",
+        Duration::from_secs(10),
+        async || {
+            let v = ctl_controllers(old).await;
+            v.replicas.iter().any(|r| {
+                r.this && r.state == "standby" && r.switches.iter().all(|s| s.role == "slave")
+            }) && !v.leader.is_empty()
+                && v.leader
+                    != v.replicas
+                        .iter()
+                        .find(|r| r.this)
+                        .map(|r| r.id.clone())
+                        .unwrap_or_default()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(metric(old, MODS), mods, "the fenced leader sent flow-mods");
+    assert!(
+        granted_master_everywhere(new).await,
+        "the new leader lost a switch"
+    );
+    wait_for(
+        "OVS to show the new master",
+        Duration::from_secs(15),
+        async || master_everywhere(&sbx, &new.target()),
+    )
+    .await;
+    bridges_match(&sbx, &mut a).await;
+    let log = old.log_text();
+    assert!(log.contains("lease lost"), "{log}");
+    eprintln!(
+        "hung leader: switch errors while fenced {} (role or bundle refusals)",
+        metric(old, ERRORS) - errors
+    );
+}
+
+/// The store-side fence: a write guarded by a leadership that ended fails, and names why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
+    use controller::state::etcd::{EtcdConfig, EtcdStore};
+    use controller::state::{Change, StateBackend, StoreError};
+    let cluster = EtcdCluster::start(1).expect("etcd");
+    let mut cfg = EtcdConfig::new(&cluster.endpoints()).expect("config");
+    cfg.prefix = "/fence/".into();
+    let store = std::sync::Arc::new(EtcdStore::connect(cfg).expect("connect"));
+    let leader_key = controller::ha::ha_prefix("/fence/") + "leader";
+    cluster
+        .etcdctl(&["put", &leader_key, "{\"id\":\"old\",\"lease\":0}"])
+        .expect("put");
+    let rev: i64 = cluster
+        .etcdctl(&["get", &leader_key, "-w", "json"])
+        .expect("get")
+        .split("\"mod_revision\":")
+        .nth(1)
+        .and_then(|s| {
+            s.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .map(str::to_string)
+        })
+        .and_then(|s| s.parse().ok())
+        .expect("mod revision");
+    store.fence().set(Some((leader_key.clone(), rev)));
+    let put = |n: &str| {
+        let s = store.clone();
+        let n = n.to_string();
+        std::thread::spawn(move || {
+            let mut m =
+                topology::ClusterModel::new(controller::core::default_config()).expect("model");
+            m.add_namespace(&n).expect("namespace");
+            let Change::Put(r) = controller::core::namespace_change(&m, &n) else {
+                unreachable!()
+            };
+            s.apply(&[Change::Put(r)])
+        })
+        .join()
+        .expect("thread")
+    };
+    put("while-leading").expect("a leader's write goes through");
+    // Another replica wins: the key is recreated at a later revision.
+    cluster.etcdctl(&["del", &leader_key]).expect("del");
+    cluster
+        .etcdctl(&["put", &leader_key, "{\"id\":\"new\",\"lease\":0}"])
+        .expect("put");
+    match put("after-deposed") {
+        Err(StoreError::NotLeader(m)) => assert!(m.contains("leadership"), "{m}"),
+        other => panic!("a deposed leader's write must fail: {other:?}"),
+    }
+    let keys = cluster
+        .etcdctl(&["get", "/fence/", "--prefix", "--keys-only"])
+        .expect("get");
+    assert!(
+        keys.contains("while-leading") && !keys.contains("after-deposed"),
+        "{keys}"
+    );
+}
