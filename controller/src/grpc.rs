@@ -458,7 +458,7 @@ impl Admin for AdminService {
                 leader: String::new(),
                 generation: 0,
                 replicas: vec![pa::ControllerReplica {
-                    id: "this".into(),
+                    id: "controller".into(),
                     state: "alone".into(),
                     this: true,
                     switches,

@@ -16,6 +16,7 @@
 //! * Registration: each replica keeps `PREFIX-ha/replicas/ID` (bound to its lease) with its
 //!   addresses and the role it holds on each switch, for `flowmeshctl get controllers`.
 
+use crate::state::etcd::retry_unsent;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
@@ -264,20 +265,28 @@ pub fn ha_prefix(record_prefix: &str) -> String {
 }
 
 /// Read every replica and the leader.
-pub async fn view(mut client: Client, prefix: &str) -> Result<ReplicaView, etcd_client::Error> {
-    let resp = client
-        .get(
-            format!("{prefix}replicas/"),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await?;
+pub async fn view(client: Client, prefix: &str) -> Result<ReplicaView, etcd_client::Error> {
+    let resp = retry_unsent(|| {
+        let mut c = client.clone();
+        let k = format!("{prefix}replicas/");
+        async move {
+            c.get(k, Some(etcd_client::GetOptions::new().with_prefix()))
+                .await
+        }
+    })
+    .await?;
     let mut replicas: Vec<ReplicaInfo> = resp
         .kvs()
         .iter()
         .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
-    let l = client.get(format!("{prefix}leader"), None).await?;
+    let l = retry_unsent(|| {
+        let mut c = client.clone();
+        let k = format!("{prefix}leader");
+        async move { c.get(k, None).await }
+    })
+    .await?;
     let (leader, generation) = match l.kvs().first() {
         Some(kv) => (
             serde_json::from_slice::<LeaderValue>(kv.value())
@@ -319,8 +328,13 @@ pub async fn run(
         if *stop.borrow() {
             return;
         }
-        let mut c = client.clone();
-        let lease = match c.lease_grant(cfg.ttl_secs.max(1), None).await {
+        let lease = match retry_unsent(|| {
+            let mut c = client.clone();
+            let ttl = cfg.ttl_secs.max(1);
+            async move { c.lease_grant(ttl, None).await }
+        })
+        .await
+        {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "leader election: no lease (etcd unavailable?); retrying");
@@ -358,8 +372,11 @@ pub async fn run(
         );
         match end {
             LeaseEnd::Stopped => {
-                let mut c = client.clone();
-                let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(id)).await;
+                let revoke = retry_unsent(|| {
+                    let mut c = client.clone();
+                    async move { c.lease_revoke(id).await }
+                });
+                let _ = tokio::time::timeout(Duration::from_secs(2), revoke).await;
                 tracing::info!(replica = %cfg.id, was_leader, "leader election: resigned");
                 return;
             }
@@ -384,17 +401,15 @@ async fn hold_lease(
     fence: &Fence,
     stop: &mut watch::Receiver<bool>,
 ) -> LeaseEnd {
-    let mut c = client.clone();
-    let (mut keeper, mut responses) = match c.lease_keep_alive(lease).await {
-        Ok(k) => k,
-        Err(e) => return LeaseEnd::Lost(format!("keep-alive: {e}")),
-    };
+    let period = (ttl / 3).max(Duration::from_millis(100));
+    // The keep-alive stream; reopened (each attempt bounded by `period`) when it breaks, e.g.
+    // when the etcd member it went to dies or loses its leader.
+    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
     // The lease is surely held until the last renewal that etcd confirmed, sent at
     // `confirmed`, plus the TTL; stepping down a sixth of the TTL before that leaves room.
     let margin = ttl / 6;
     let mut confirmed = granted_at;
     let mut sent_at = granted_at;
-    let period = (ttl / 3).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let leader_key = format!("{prefix}leader");
@@ -426,15 +441,31 @@ async fn hold_lease(
                     follow = watch_key(client, &leader_key, rev + 1).await;
                 }
                 Ok(Campaign::Lost {
+                    holder_lease,
+                    generation,
+                    revision,
+                    ..
+                }) if holder_lease == lease => {
+                    // The key is ours, under this very lease (we looked again after the watch
+                    // broke): still the leader.
+                    fence.set(Some((leader_key.clone(), generation)));
+                    lead.set(
+                        Standing::Leader {
+                            generation: generation as u64,
+                        },
+                        Some(confirmed + ttl - margin),
+                    );
+                    follow = watch_key(client, &leader_key, revision + 1).await;
+                    if follow.is_none() {
+                        campaign_now = true;
+                    }
+                }
+                Ok(Campaign::Lost {
                     leader,
                     generation,
                     revision,
+                    ..
                 }) => {
-                    if leader == cfg.id {
-                        // Our own key from an earlier lease of this process cannot exist
-                        // (it is bound to that lease); treat like any other holder.
-                        tracing::debug!("leader key names this replica under another lease");
-                    }
                     lead.set(
                         Standing::Standby {
                             generation: generation as u64,
@@ -473,20 +504,35 @@ async fn hold_lease(
                 ..me.clone()
             };
             if let Ok(v) = serde_json::to_vec(&info) {
-                let mut c = client.clone();
-                if c.put(
-                    replica_key.clone(),
-                    v,
-                    Some(PutOptions::new().with_lease(lease)),
-                )
-                .await
-                .is_ok()
-                {
+                let put = retry_unsent(|| {
+                    let mut c = client.clone();
+                    let (k, v) = (replica_key.clone(), v.clone());
+                    async move { c.put(k, v, Some(PutOptions::new().with_lease(lease))).await }
+                });
+                if put.await.is_ok() {
                     registered_version = version;
                     registered_state = state.to_string();
                 }
             }
         }
+        if stream.is_none() {
+            let open = retry_unsent(|| {
+                let mut c = client.clone();
+                async move { c.lease_keep_alive(lease).await }
+            });
+            match tokio::time::timeout(period, open).await {
+                Ok(Ok(s)) => stream = Some(s),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "lease keep-alive stream not opened");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(_) => continue,
+            }
+        }
+        let Some((keeper, responses)) = stream.as_mut() else {
+            continue;
+        };
         tokio::select! {
             _ = stop.changed() => {
                 if *stop.borrow() {
@@ -496,7 +542,8 @@ async fn hold_lease(
             _ = tick.tick() => {
                 sent_at = Instant::now();
                 if let Err(e) = keeper.keep_alive().await {
-                    tracing::debug!(error = %e, "lease keep-alive not sent");
+                    tracing::debug!(error = %e, "lease keep-alive not sent; reopening the stream");
+                    stream = None;
                 }
             }
             r = responses.message() => match r {
@@ -512,11 +559,7 @@ async fn hold_lease(
                 Ok(None) | Err(_) => {
                     // The stream broke (a member went away): open another one; the deadline
                     // above still counts from the last confirmed renewal.
-                    let mut c = client.clone();
-                    match c.lease_keep_alive(lease).await {
-                        Ok((k, s)) => { keeper = k; responses = s; }
-                        Err(_) => tokio::time::sleep(period / 2).await,
-                    }
+                    stream = None;
                 }
             },
             ev = next_event(&mut follow) => match ev {
@@ -541,6 +584,8 @@ enum Campaign {
     Won(i64),
     Lost {
         leader: String,
+        /// The lease the leader key is bound to.
+        holder_lease: i64,
         generation: i64,
         revision: i64,
     },
@@ -565,8 +610,12 @@ async fn campaign(
             Some(PutOptions::new().with_lease(lease)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let mut c = client.clone();
-    let resp = c.txn(txn).await?;
+    let resp = retry_unsent(|| {
+        let mut c = client.clone();
+        let t = txn.clone();
+        async move { c.txn(t).await }
+    })
+    .await?;
     let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
     if resp.succeeded() {
         return Ok(Campaign::Won(revision));
@@ -579,6 +628,7 @@ async fn campaign(
                     .unwrap_or_default();
                 return Ok(Campaign::Lost {
                     leader,
+                    holder_lease: kv.lease(),
                     generation: kv.create_revision(),
                     revision,
                 });
@@ -589,16 +639,23 @@ async fn campaign(
     // on the next try.
     Ok(Campaign::Lost {
         leader: String::new(),
+        holder_lease: 0,
         generation: 0,
         revision,
     })
 }
 
 async fn watch_key(client: &Client, key: &str, from: i64) -> Option<etcd_client::WatchStream> {
-    let mut c = client.clone();
-    c.watch(key, Some(WatchOptions::new().with_start_revision(from)))
-        .await
-        .ok()
+    retry_unsent(|| {
+        let mut c = client.clone();
+        let k = key.to_string();
+        async move {
+            c.watch(k, Some(WatchOptions::new().with_start_revision(from)))
+                .await
+        }
+    })
+    .await
+    .ok()
 }
 
 enum KeyEvent {

@@ -256,7 +256,16 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     wait_synced(&mut a1, &["node-a", "node-b", "node-c"]).await;
     assert_bridges_match(&sbx, &mut a1).await;
 
-    // One member gone: writes go on.
+    // One member gone: writes go on, and the controller keeps its leadership (the same
+    // generation: no re-election, no role change on the switches).
+    let generation = |v: pa::ControllerList| (v.leader, v.generation);
+    let before_kill = generation(
+        a1.get_controllers(pa::Empty {})
+            .await
+            .expect("controllers")
+            .into_inner(),
+    );
+    assert!(!before_kill.0.is_empty(), "{before_kill:?}");
     cluster.kill(0);
     let mut aborted = 0;
     retrying!(
@@ -267,6 +276,19 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     )
     .expect("write with one member down");
     assert_eq!(aborted, 0, "one replica has nothing to conflict with");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_kill = generation(
+        a1.get_controllers(pa::Empty {})
+            .await
+            .expect("controllers")
+            .into_inner(),
+    );
+    assert_eq!(
+        before_kill,
+        after_kill,
+        "one etcd member down cost the leadership\n{}",
+        c1.log_text()
+    );
 
     // Two gone: no quorum. Writes are refused with a clear error; the switches keep
     // exactly their flows and stay connected.
@@ -350,6 +372,9 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
             .await
         {
             Ok(_) => break,
+            // An earlier attempt was stored though its answer was an error (its outcome was
+            // unknown, or the replica had not re-won the election to program it).
+            Err(e) if e.code() == tonic::Code::AlreadyExists => break,
             Err(e) => {
                 assert!(
                     Instant::now() < deadline,

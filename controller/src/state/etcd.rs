@@ -119,6 +119,35 @@ fn unavailable(cfg: &EtcdConfig, e: etcd_client::Error) -> StoreError {
     StoreError::Unavailable(format!("etcd {}: {text}{hint}", cfg.endpoints.join(",")))
 }
 
+/// Whether a request failed before it reached any etcd member (a dead member's endpoint
+/// refused the connection): sending it again is safe, and goes to another member.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let t = e.to_string();
+    t.contains("tcp connect error")
+        || t.contains("Connection refused")
+        || t.contains("error trying to connect")
+}
+
+/// Run an etcd request, sending it again (to another member) while it fails before reaching
+/// one. The client balances over every endpoint, including dead ones: without this, one
+/// member of three down would fail a share of the requests.
+pub async fn retry_unsent<T, F, Fut>(mut f: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f().await {
+            Err(e) if never_sent(&e) && attempt < 8 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 fn read_pem(flag: &str, p: &PathBuf) -> Result<Vec<u8>, StoreError> {
     std::fs::read(p).map_err(|e| StoreError::Unavailable(format!("{flag} {}: {e}", p.display())))
 }
@@ -226,11 +255,14 @@ impl EtcdStore {
 }
 
 /// Read every record under the prefix, at one revision.
-async fn list_async(mut client: Client, cfg: EtcdConfig) -> Result<Listing, StoreError> {
-    let resp = client
-        .get(cfg.prefix.clone(), Some(GetOptions::new().with_prefix()))
-        .await
-        .map_err(|e| unavailable(&cfg, e))?;
+async fn list_async(client: Client, cfg: EtcdConfig) -> Result<Listing, StoreError> {
+    let resp = retry_unsent(|| {
+        let mut c = client.clone();
+        let p = cfg.prefix.clone();
+        async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
+    })
+    .await
+    .map_err(|e| unavailable(&cfg, e))?;
     let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
     let mut records = Vec::with_capacity(resp.kvs().len());
     for kv in resp.kvs() {
@@ -319,10 +351,17 @@ impl StateBackend for EtcdStore {
             reads.push(TxnOp::get(key.clone(), None));
         }
         let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let cfg = self.cfg.clone();
-        let resp =
-            self.block(async move { client.txn(txn).await.map_err(|e| unavailable(&cfg, e)) })??;
+        let resp = self.block(async move {
+            retry_unsent(|| {
+                let mut c = client.clone();
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await
+            .map_err(|e| unavailable(&cfg, e))
+        })??;
         let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
         if resp.succeeded() {
             return Ok(revision);
