@@ -31,10 +31,12 @@ pub struct Args {
     /// The node's underlay IPv4 address (VXLAN endpoint).
     #[arg(long)]
     pub node_ip: Ipv4Addr,
-    /// The controller's node API (gRPC), e.g. http://172.31.0.254:6640.
+    /// The controller's node API (gRPC), e.g. http://172.31.0.254:6640; with several
+    /// controller replicas, their URLs comma-separated (calls go to any live one).
     #[arg(long)]
     pub controller: String,
-    /// OpenFlow controller target set on the bridge, e.g. tcp:172.31.0.254:6653. An ssl:
+    /// OpenFlow controller target set on the bridge, e.g. tcp:172.31.0.254:6653; with several
+    /// replicas, their targets comma-separated (the bridge connects to each). An ssl:
     /// target makes the switch use --cert/--key/--ca too (`ovs-vsctl set-ssl`).
     #[arg(long)]
     pub openflow_target: Option<String>,
@@ -153,13 +155,14 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         }
         _ => None,
     };
-    if tls.is_some() && !args.controller.starts_with("https://") {
+    let urls: Vec<&str> = args.controller.split(',').map(str::trim).collect();
+    if tls.is_some() && !urls.iter().all(|u| u.starts_with("https://")) {
         return Err(DaemonError::Url(format!(
             "{}: with --ca/--cert/--key the controller URL must be https://",
             args.controller
         )));
     }
-    if tls.is_none() && args.controller.starts_with("https://") {
+    if tls.is_none() && urls.iter().any(|u| u.starts_with("https://")) {
         return Err(DaemonError::Tls(
             "an https:// controller needs --ca, --cert and --key (this node's certificate)".into(),
         ));
@@ -177,7 +180,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(target) = args
         .openflow_target
         .as_deref()
-        .filter(|t| t.starts_with("ssl:"))
+        .filter(|t| t.split(',').any(|t| t.trim().starts_with("ssl:")))
     {
         let (Some(ca), Some(cert), Some(key)) = (&args.ca, &args.cert, &args.key) else {
             return Err(DaemonError::Tls(format!(

@@ -315,12 +315,25 @@ pub fn plan_ovs(
         }
     }
     if let Some(target) = &spec.controller {
-        if seen.controllers != [target.clone()] {
+        // Several replicas: comma-separated targets, one OVS controller each.
+        let mut want: Vec<String> = target
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        want.sort();
+        let mut have = seen.controllers.clone();
+        have.sort();
+        if have != want {
             cmd(
                 &mut args,
-                ["set-controller", br, target].map(String::from).to_vec(),
+                [
+                    vec!["set-controller".to_string(), br.to_string()],
+                    want.clone(),
+                ]
+                .concat(),
             );
-            changes.push(format!("controller {target}"));
+            changes.push(format!("controller {}", want.join(" ")));
         }
     }
     (args, changes)
@@ -512,6 +525,29 @@ mod tests {
         ));
         let (args, _) = plan_ovs(&spec(), &settings(), &wrong);
         assert_eq!(args, ["set", "Interface", "tun0", "mtu_request=1450"]);
+    }
+
+    #[test]
+    fn several_controller_replicas_are_one_set_controller() {
+        let mut sp = spec();
+        sp.controller = Some("ssl:10.0.0.2:6653, ssl:10.0.0.1:6653".into());
+        let seen = ObservedOvs {
+            controllers: vec!["ssl:10.0.0.1:6653".into()],
+            ..ObservedOvs::default()
+        };
+        let (args, _) = plan_ovs(&sp, &settings(), &seen);
+        let text = args.join(" ");
+        assert!(
+            text.contains("set-controller br0 ssl:10.0.0.1:6653 ssl:10.0.0.2:6653"),
+            "{text}"
+        );
+        // The same set in another order is no change.
+        let seen = ObservedOvs {
+            controllers: vec!["ssl:10.0.0.2:6653".into(), "ssl:10.0.0.1:6653".into()],
+            ..ObservedOvs::default()
+        };
+        let (args, _) = plan_ovs(&sp, &settings(), &seen);
+        assert!(!args.join(" ").contains("set-controller"), "{args:?}");
     }
 
     #[test]

@@ -77,22 +77,68 @@ pub fn client_tls(
         )))
 }
 
+/// Whether a call failed before reaching any controller (a dead replica's endpoint refused
+/// the connection): sending it again is safe and goes to another replica.
+fn never_sent(s: &tonic::Status) -> bool {
+    s.code() == Code::Unavailable
+        && [
+            "tcp connect error",
+            "Connection refused",
+            "error trying to connect",
+        ]
+        .iter()
+        .any(|w| s.message().contains(w))
+}
+
+/// Run a call, again (up to a few times) while it fails before reaching a controller.
+async fn unsent_retry<T, F, Fut>(mut f: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut attempt = 0u64;
+    loop {
+        match f().await {
+            Err(s) if never_sent(&s) && attempt < 8 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 impl NodeApi {
-    /// A client for `url` (`http://IP:PORT`, or `https://` with `tls`); `timeout` bounds
-    /// each call.
+    /// A client for `url` (`http://IP:PORT`, or `https://` with `tls`; several controller
+    /// replicas' URLs comma-separated: each call goes to a live one); `timeout` bounds each
+    /// call.
     pub fn new(
         url: &str,
         timeout: Duration,
         tls: Option<tonic::transport::ClientTlsConfig>,
     ) -> Result<Self, tonic::transport::Error> {
-        let mut ep = Endpoint::from_shared(url.to_owned())?
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(timeout);
-        if let Some(t) = tls {
-            ep = ep.tls_config(t)?;
+        let mut endpoints = Vec::new();
+        for u in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let mut ep = Endpoint::from_shared(u.to_owned())?
+                .connect_timeout(Duration::from_secs(3))
+                .timeout(timeout);
+            if let Some(t) = &tls {
+                ep = ep.tls_config(t.clone())?;
+            }
+            endpoints.push(ep);
         }
+        let channel = match endpoints.len() {
+            // One controller: a plain channel (reconnects by itself).
+            0 | 1 => match endpoints.pop() {
+                Some(ep) => ep.connect_lazy(),
+                None => Endpoint::from_shared(url.to_owned())?.connect_lazy(),
+            },
+            // Replicas: balanced over the live ones (a dead one is skipped once its
+            // connection fails).
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
         Ok(NodeApi {
-            client: NodeApiClient::new(ep.connect_lazy()),
+            client: NodeApiClient::new(channel),
             url: url.to_owned(),
         })
     }
@@ -107,32 +153,38 @@ impl NodeApi {
 
     /// RegisterNode.
     pub async fn register(&self, req: RegisterNodeRequest) -> Result<NodeConfig, NodeApiError> {
-        self.client
-            .clone()
-            .register_node(req)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(self.err("RegisterNode"))
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = req.clone();
+            async move { c.register_node(r).await }
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(self.err("RegisterNode"))
     }
 
     /// AttachPod.
     pub async fn attach(&self, req: AttachPodRequest) -> Result<PodNetwork, NodeApiError> {
-        self.client
-            .clone()
-            .attach_pod(req)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(self.err("AttachPod"))
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = req.clone();
+            async move { c.attach_pod(r).await }
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(self.err("AttachPod"))
     }
 
     /// DetachPod; returns whether the pod existed.
     pub async fn detach(&self, req: DetachPodRequest) -> Result<bool, NodeApiError> {
-        self.client
-            .clone()
-            .detach_pod(req)
-            .await
-            .map(|r| r.into_inner().existed)
-            .map_err(self.err("DetachPod"))
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = req.clone();
+            async move { c.detach_pod(r).await }
+        })
+        .await
+        .map(|r| r.into_inner().existed)
+        .map_err(self.err("DetachPod"))
     }
 
     /// WatchEgress: the stream of this node's egress IPs (see [`crate::egress`]).
@@ -140,13 +192,15 @@ impl NodeApi {
         &self,
         node: &str,
     ) -> Result<tonic::Streaming<EgressAssignments>, NodeApiError> {
-        self.client
-            .clone()
-            .watch_egress(WatchEgressRequest {
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = WatchEgressRequest {
                 node: node.to_owned(),
-            })
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(self.err("WatchEgress"))
+            };
+            async move { c.watch_egress(r).await }
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(self.err("WatchEgress"))
     }
 }

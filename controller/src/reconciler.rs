@@ -10,8 +10,9 @@
 //! * With several replicas ([`crate::ha`]) it first holds this replica's OpenFlow role on the
 //!   switch (master with the leader's generation, or slave), and writes only while this
 //!   replica leads with a lease surely held; a standby keeps the desired state and answers
-//!   acks at once (the change is stored; the leader programs it). On becoming leader it
-//!   re-reads the switch and sends only the difference.
+//!   an ack once it has read the desired flows back from the switch (the leader programmed
+//!   them from the store's watch), so a change made through a standby is answered with the
+//!   same guarantee. On becoming leader it re-reads the switch and sends only the difference.
 
 use crate::error::ApiError;
 use crate::ha::{Leadership, Standing};
@@ -121,7 +122,15 @@ pub struct Reconciler {
     lead: Arc<Leadership>,
     /// The connection and standing whose role the switch granted.
     role_held: Option<(u64, Standing)>,
+    /// A standby's acks, answered once the switch holds the desired flows (the leader's
+    /// work), or with an error at their deadline.
+    standby_acks: Vec<(Ack, Instant)>,
 }
+
+/// How long a standby waits for the leader to program a change it stored.
+const STANDBY_ACK_WAIT: Duration = Duration::from_secs(20);
+/// How often a standby reads the switch back while acks wait.
+const STANDBY_CHECK: Duration = Duration::from_millis(20);
 
 impl Reconciler {
     /// Start a reconciler for `node` (or an unknown datapath) with its desired state.
@@ -153,6 +162,7 @@ impl Reconciler {
             stop: None,
             lead: lead.clone(),
             role_held: None,
+            standby_acks: Vec::new(),
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -163,8 +173,13 @@ impl Reconciler {
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut standing = self.lead.subscribe();
+        let mut check = tokio::time::interval(STANDBY_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = check.tick(), if !self.standby_acks.is_empty() => {
+                    self.check_standby_acks().await;
+                }
                 changed = standing.changed() => {
                     if changed.is_err() {
                         continue;
@@ -185,6 +200,7 @@ impl Reconciler {
                     }
                     if let Some(reply) = self.stop.take() {
                         self.set_role_status("");
+                        acks.extend(self.standby_acks.drain(..).map(|(a, _)| a));
                         for a in acks {
                             let _ = a.tx.send(Err(ApiError::Unavailable(format!(
                                 "node {} was removed", self.status.node))));
@@ -302,19 +318,13 @@ impl Reconciler {
             return;
         }
         if !self.lead.may_program() {
-            // A standby (or a leader whose lease lapsed) does not write. A standby's change is
-            // stored; the leader programs it from the store's watch.
-            let r = match self.lead.standing() {
-                Standing::Standby { .. } => Ok(()),
-                _ => Err(ApiError::Unavailable(format!(
-                    "switch of node {}: this replica's leadership lapsed (lease not renewed); the change is stored and the next leader programs it",
-                    self.status.node
-                ))),
-            };
+            // A standby (or a leader whose lease lapsed) does not write: the change is stored,
+            // and the leader programs it from the store's watch. The acks wait until this
+            // replica reads the desired flows back from the switch.
             self.status.synced.store(false, Ordering::Relaxed);
-            for a in acks {
-                let _ = a.tx.send(r.clone());
-            }
+            let deadline = Instant::now() + STANDBY_ACK_WAIT;
+            self.standby_acks
+                .extend(acks.into_iter().map(|a| (a, deadline)));
             return;
         }
         let started = Instant::now();
@@ -339,8 +349,58 @@ impl Reconciler {
         let r = result.map_err(|e| {
             ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
         });
+        // Acks taken as a standby are answered by this (leader's) sync.
+        let acks: Vec<Ack> = acks
+            .into_iter()
+            .chain(self.standby_acks.drain(..).map(|(a, _)| a))
+            .collect();
         for a in acks {
             let _ = a.tx.send(r.clone());
+        }
+    }
+
+    /// A standby's acks: answered once the switch holds the desired flows, or at their deadline
+    /// with an error (the change is stored; no leader programmed it in time).
+    async fn check_standby_acks(&mut self) {
+        let Some((_, _, link)) = self.link.clone() else {
+            // Disconnected: an ack that needs the switch fails; the others are answered (the
+            // change is stored; the switch gets it when it connects to the leader).
+            for (a, _) in self.standby_acks.drain(..) {
+                let r = if a.require_connected {
+                    Err(ApiError::Unavailable(format!(
+                        "the switch of node {} is not connected",
+                        self.status.node
+                    )))
+                } else {
+                    Ok(())
+                };
+                let _ = a.tx.send(r);
+            }
+            return;
+        };
+        let holds = match link.read_state().await {
+            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+            Err(_) => false,
+        };
+        if holds {
+            self.status.synced.store(true, Ordering::Relaxed);
+            for (a, _) in self.standby_acks.drain(..) {
+                let _ = a.tx.send(Ok(()));
+            }
+            return;
+        }
+        let now = Instant::now();
+        let (late, waiting): (Vec<_>, Vec<_>) = self
+            .standby_acks
+            .drain(..)
+            .partition(|(_, deadline)| *deadline <= now);
+        self.standby_acks = waiting;
+        for (a, _) in late {
+            let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                "the change is stored, but the switch of node {} did not get it within {} s: no leader programmed it (see flowmeshctl get controllers)",
+                self.status.node,
+                STANDBY_ACK_WAIT.as_secs()
+            ))));
         }
     }
 

@@ -168,6 +168,29 @@ async fn killing_the_leader_hands_every_switch_to_a_standby_hitlessly() {
     assert_eq!(view.replicas.len(), 3, "{view:?}");
     assert_eq!(view.leader, format!("c{}", l + 1), "{view:?}");
 
+    // A change through a standby is answered once its flows are on the switch (the leader
+    // programmed them; the standby read them back): no waiting needed after the answer.
+    let s = (l + 1) % 3;
+    let mut sa = cs[s].admin().await;
+    let before = desired(&mut sa, "node-c").await;
+    sa.attach_pod(pa::AttachPodRequest {
+        node: "node-c".into(),
+        namespace: "ns1".into(),
+        name: "via-standby".into(),
+        port_name: "veth-vs".into(),
+        ofport: 9,
+        ..Default::default()
+    })
+    .await
+    .expect("attach through a standby");
+    let want = desired(&mut sa, "node-c").await;
+    assert_ne!(want, before, "the pod added no flows");
+    assert_eq!(
+        sbx.dump_flows("node-c").expect("dump"),
+        want,
+        "a standby answered before the switch held the change"
+    );
+
     let kills = 10;
     let mut takeovers = Vec::new();
     let mut mods_on_takeover = 0;
@@ -299,17 +322,13 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
     let pid = old.child.as_ref().expect("running").id();
     send_signal(pid, "STOP");
     let others: Vec<&Controller> = cs.iter().filter(|c| c.grpc != old.grpc).collect();
-    let new = others[leader_of(&others).await];
-    wait_for(
-        "a standby to be master",
-        Duration::from_secs(5),
-        async || granted_master_everywhere(new).await,
-    )
-    .await;
-    // A change while the old leader hangs: when it resumes it sees it through the watch and
-    // would push it if it were not fenced.
-    let mut a = new.admin().await;
-    a.attach_pod(pa::AttachPodRequest {
+    // A change through a standby while the leader hangs: stored at once, but answered only
+    // once the next leader has programmed it (the standby reads the flows back). When the old
+    // leader resumes it sees the change through the watch and would push it if it were not
+    // fenced.
+    let mut s0 = others[0].admin().await;
+    let t = Instant::now();
+    s0.attach_pod(pa::AttachPodRequest {
         node: "node-b".into(),
         namespace: "ns2".into(),
         name: "while-hung".into(),
@@ -318,7 +337,26 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
         ..Default::default()
     })
     .await
-    .expect("attach through the new leader");
+    .expect("attach through a standby while the leader hangs");
+    let answered = t.elapsed();
+    let want = desired(&mut s0, "node-b").await;
+    assert_eq!(
+        sbx.dump_flows("node-b").expect("dump"),
+        want,
+        "a standby answered before the switch held the change"
+    );
+    eprintln!(
+        "attach through a standby while the leader hung: answered after {} ms, flows in place",
+        answered.as_millis()
+    );
+    let new = others[leader_of(&others).await];
+    wait_for(
+        "a standby to be master",
+        Duration::from_secs(5),
+        async || granted_master_everywhere(new).await,
+    )
+    .await;
+    let mut a = new.admin().await;
     bridges_match(&sbx, &mut a).await;
     send_signal(pid, "CONT");
 

@@ -158,6 +158,8 @@ pub struct LabController {
     pub grpc: SocketAddrV4,
     /// OpenFlow address.
     pub openflow: SocketAddrV4,
+    /// Metrics address.
+    pub metrics: SocketAddrV4,
     /// The lab's certificates (`flowmeshctl certs lab`): the controller serves both APIs and
     /// OpenFlow over TLS with them, each shim and switch uses its node's, `ctl` the admin's.
     pub pki: PathBuf,
@@ -168,7 +170,22 @@ impl LabController {
     /// Writes the config, starts the controller in the lab's controller namespace and waits
     /// until its gRPC port accepts connections.
     pub fn start(lab: &NetnsLab, opts: &ControllerOptions) -> Result<Self> {
-        let dir = lab.run_dir().join("controller");
+        Self::start_replica(lab, opts, 0, None)
+    }
+
+    /// Replica `i` of several sharing one datastore (`opts.extra` names it): its own data
+    /// directory and ports (the standard ones + 10 × `i`) on the controller address, and the
+    /// lab certificates of `pki` (replica 0's) when given, else new ones.
+    pub fn start_replica(
+        lab: &NetnsLab,
+        opts: &ControllerOptions,
+        i: u16,
+        pki: Option<&Path>,
+    ) -> Result<Self> {
+        let dir = match i {
+            0 => lab.run_dir().join("controller"),
+            i => lab.run_dir().join(format!("controller-{i}")),
+        };
         std::fs::create_dir_all(&dir).map_err(|source| HarnessError::Io {
             op: "create",
             path: dir.clone(),
@@ -181,15 +198,22 @@ impl LabController {
             source,
         })?;
         let ip = lab.controller_ip();
-        let pki = dir.join("pki");
-        make_lab_pki(lab, &pki)?;
+        let pki = match pki {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let p = dir.join("pki");
+                make_lab_pki(lab, &p)?;
+                p
+            }
+        };
         let mut c = LabController {
             pid: None,
             logs: Vec::new(),
             data_dir: dir.join("data"),
             config,
-            grpc: SocketAddrV4::new(ip, GRPC_PORT),
-            openflow: SocketAddrV4::new(ip, OPENFLOW_PORT),
+            grpc: SocketAddrV4::new(ip, GRPC_PORT + 10 * i),
+            openflow: SocketAddrV4::new(ip, OPENFLOW_PORT + 10 * i),
+            metrics: SocketAddrV4::new(ip, METRICS_PORT + 10 * i),
             pki,
             opts: opts.clone(),
         };
@@ -200,7 +224,7 @@ impl LabController {
     /// (Re)starts the process with the same data dir and addresses.
     pub fn spawn(&mut self, lab: &NetnsLab) -> Result<()> {
         let bins = controller_bins()?;
-        let metrics = SocketAddrV4::new(*self.grpc.ip(), METRICS_PORT).to_string();
+        let metrics = self.metrics.to_string();
         let mut args: Vec<String> = vec![
             "--config".into(),
             self.config.display().to_string(),
@@ -269,6 +293,13 @@ impl LabController {
         }
     }
 
+    /// SIGKILLs the process by PID (no clean shutdown: a leader does not resign).
+    pub fn kill9(&mut self, lab: &NetnsLab) {
+        if let Some(pid) = self.pid.take() {
+            lab.kill_process(pid);
+        }
+    }
+
     /// Node API URL for shims.
     pub fn node_api_url(&self) -> String {
         format!("https://{}", self.grpc)
@@ -281,9 +312,19 @@ impl LabController {
 
     /// Shim options pointing at this controller (node API and OpenFlow target).
     pub fn shim_options(&self) -> ShimOptions {
-        let mut o = ShimOptions::new(self.node_api_url());
-        o.openflow_target = Some(self.openflow_target());
-        o.pki = Some(self.pki.clone());
+        Self::shim_options_all(&[self])
+    }
+
+    /// Shim options pointing at every replica of `ctls` (comma-separated node API URLs and
+    /// OpenFlow targets; the certificates of the first).
+    pub fn shim_options_all(ctls: &[&LabController]) -> ShimOptions {
+        let join = |f: &dyn Fn(&LabController) -> String| {
+            ctls.iter().map(|c| f(c)).collect::<Vec<_>>().join(",")
+        };
+        let first = ctls[0];
+        let mut o = ShimOptions::new(join(&|c| c.node_api_url()));
+        o.openflow_target = Some(join(&|c| c.openflow_target()));
+        o.pki = Some(first.pki.clone());
         o.env = vec![("RUST_LOG".into(), "info".into())];
         o
     }

@@ -39,11 +39,19 @@ pub struct EtcdCluster {
     initial_cluster: String,
     token: String,
     run: RunDir,
+    /// The network namespace the members (and etcdctl) run in; None: the current one.
+    netns: Option<String>,
 }
 
 impl EtcdCluster {
     /// Start `n` members and wait until the cluster commits a write.
     pub fn start(n: usize) -> Result<Self, String> {
+        Self::start_in(n, None)
+    }
+
+    /// [`EtcdCluster::start`] inside network namespace `netns` (on its loopback), e.g. a
+    /// [`crate::NetnsLab`]'s controller namespace, for controllers started there.
+    pub fn start_in(n: usize, netns: Option<&str>) -> Result<Self, String> {
         let bin = etcd_bin();
         if !bin.exists() {
             return Err(format!(
@@ -75,6 +83,7 @@ impl EtcdCluster {
             initial_cluster,
             token,
             run,
+            netns: netns.map(str::to_string),
         };
         for i in 0..n {
             c.spawn(i)?;
@@ -93,7 +102,7 @@ impl EtcdCluster {
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let client = format!("http://127.0.0.1:{}", m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
-        let mut cmd = Command::new(etcd_bin());
+        let mut cmd = self.command(etcd_bin());
         cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
@@ -123,6 +132,18 @@ impl EtcdCluster {
             .map_err(|e| e.to_string())?;
         self.members[i].process = Some(p);
         Ok(())
+    }
+
+    /// `program`, run in the cluster's namespace (`ip netns exec` execs it: same PID).
+    fn command(&self, program: PathBuf) -> Command {
+        match &self.netns {
+            None => Command::new(program),
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(program);
+                c
+            }
+        }
     }
 
     /// Every member's client URL, comma-separated (for `--etcd-endpoints`).
@@ -159,7 +180,8 @@ impl EtcdCluster {
 
     /// `etcdctl` against the live members, with a short command timeout.
     pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("etcdctl")
+        let out = self
+            .command(PathBuf::from("etcdctl"))
             .env("ETCDCTL_API", "3")
             .arg("--endpoints")
             .arg(self.endpoints())

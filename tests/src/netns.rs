@@ -682,6 +682,16 @@ impl NetnsLab {
         p.terminate(TERM_GRACE)
     }
 
+    /// SIGKILLs a process from [`NetnsLab::spawn_in`] (no clean shutdown) and reaps it.
+    pub fn kill_process(&self, pid: u32) {
+        let mut procs = lock(&self.procs);
+        if let Some(i) = procs.iter().position(|p| p.pid() == pid) {
+            let mut p = procs.swap_remove(i);
+            drop(procs);
+            p.kill_now();
+        }
+    }
+
     /// Exit status of a spawned process if it has exited (None while it runs).
     pub fn process_exited(&self, pid: u32) -> Option<ExitStatus> {
         lock(&self.procs)
