@@ -31,17 +31,28 @@ pub(super) fn free_port() -> Result<u16, String> {
 }
 
 pub(super) fn controller_bin() -> Result<PathBuf, String> {
+    // FLOWMESH_CONTROLLER_BIN_DIR, else beside this executable, else one directory up (a test
+    // binary in target/*/deps).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().ok_or("no directory of flowmesh-bench")?;
-    let p = dir.join("flowmesh-controller");
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "{} not found: build it first (cargo build --release -p controller -p flowmesh-tests)",
-            p.display()
-        ))
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("FLOWMESH_CONTROLLER_BIN_DIR") {
+        candidates.push(PathBuf::from(d).join("flowmesh-controller"));
     }
+    candidates.push(dir.join("flowmesh-controller"));
+    if let Some(up) = dir.parent() {
+        candidates.push(up.join("flowmesh-controller"));
+    }
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+            "{} not found: build it first (cargo build --release -p controller -p flowmesh-tests)",
+            dir.join("flowmesh-controller").display()
+        )
+        })
 }
 
 fn percentile(v: &[f64], p: f64) -> f64 {
