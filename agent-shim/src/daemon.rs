@@ -211,14 +211,34 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         println!("{}", serde_json::json!({ "changes": changes }));
         return Ok(());
     }
+    let reconnected = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(crate::egress::run(
         api.clone(),
         settings.node.clone(),
         crate::egress::HostEgress::new(nl.clone(), args.node_ip),
         Duration::from_millis(args.egress_reconcile_interval_ms),
+        reconnected.clone(),
     ));
-    let listener = server::bind(&args.cni_socket)?;
-    info!(socket = %args.cni_socket.display(), "serving CNI requests");
+    // Re-register whenever the controller answers again after its stream broke (a restart,
+    // a new leader): RegisterNode is idempotent, and a controller that lost the node (a
+    // fresh datastore) learns it again at once.
+    {
+        let (api, args, subnet) = (api.clone(), args.clone(), settings.subnet);
+        tokio::spawn(async move {
+            loop {
+                reconnected.notified().await;
+                match register(&api, &args).await {
+                    Ok(c) => {
+                        info!(node = %args.node_name, "re-registered with the controller");
+                        if NodeSettings::try_from(&c).is_ok_and(|s| s.subnet != subnet) {
+                            warn!(node = %args.node_name, "the controller now gives this node another subnet: restart the shim (its pods keep the old addresses)");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "re-registering with the controller failed"),
+                }
+            }
+        });
+    }
     let pods = Arc::new(PodManager::new(
         vsctl,
         nl,
@@ -226,6 +246,13 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         args.bridge.clone(),
         settings,
     ));
+    let reclaimed = pods.reclaim_orphans().await;
+    if !reclaimed.is_empty() {
+        info!(ports = %reclaimed.join(","), "removed the ports of pods deleted while the shim was down");
+    }
+    // The socket appears once the node is clean: a CNI call never meets a half-done start.
+    let listener = server::bind(&args.cni_socket)?;
+    info!(socket = %args.cni_socket.display(), "serving CNI requests");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(DaemonError::Signal)?;
     let shutdown = async move {

@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::node::{EgressAssignment, EgressAssignments};
@@ -310,11 +311,19 @@ pub async fn watch_controller(
     api: NodeApi,
     node: String,
     tx: watch::Sender<Option<Vec<Assignment>>>,
+    reconnected: Arc<tokio::sync::Notify>,
 ) {
     let mut delay = Duration::from_millis(100);
+    let mut first = true;
     loop {
         match api.watch_egress(&node).await {
             Ok(mut stream) => {
+                // A controller answers again after the stream broke (it restarted, or
+                // another replica answers): whoever waits re-registers the node.
+                if !first {
+                    reconnected.notify_one();
+                }
+                first = false;
                 let mut silence = Duration::from_secs(3);
                 loop {
                     match tokio::time::timeout(silence, stream.message()).await {
@@ -358,15 +367,23 @@ pub async fn watch_controller(
             return;
         }
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
+        // At most half a second between attempts: a restarted controller is found (and the
+        // node re-registered) within about that.
+        delay = (delay * 2).min(Duration::from_millis(500));
     }
 }
 
 /// Runs the egress side until the process ends: follows the controller's lists and reconciles
 /// on every change and every `interval`.
-pub async fn run(api: NodeApi, node: String, host: HostEgress, interval: Duration) {
+pub async fn run(
+    api: NodeApi,
+    node: String,
+    host: HostEgress,
+    interval: Duration,
+    reconnected: Arc<tokio::sync::Notify>,
+) {
     let (tx, mut rx) = watch::channel(None);
-    tokio::spawn(watch_controller(api, node, tx));
+    tokio::spawn(watch_controller(api, node, tx, reconnected));
     loop {
         let want = rx.borrow_and_update().clone();
         match host.reconcile(want.as_deref()).await {

@@ -531,6 +531,47 @@ impl PodManager {
     }
 
     /// GC: detach every flowmesh pod port whose (container id, ifname) is not in the valid list.
+    /// At start: the ports of pods that went away while the shim was down (their network
+    /// namespace was deleted, which destroys the veth pair, so the port's host end is gone)
+    /// are cleaned up as DEL would (detached from the controller, port removed); running
+    /// pods are left exactly as they are. Returns the removed ports.
+    pub async fn reclaim_orphans(&self) -> Vec<String> {
+        let ports = match self.vsctl.pod_ports().await {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "cannot list pod ports to reclaim those of deleted pods");
+                return Vec::new();
+            }
+        };
+        let mut removed = Vec::new();
+        for p in ports {
+            match self.nl.link(&p.name).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(port = %p.name, error = %e, "cannot look up a pod port's link");
+                    continue;
+                }
+            }
+            let (Some(cid), Some(ifname)) = (
+                p.external_ids.get(ext::SANDBOX),
+                p.external_ids.get(ext::IFNAME),
+            ) else {
+                continue;
+            };
+            info!(container = %cid, port = %p.name, "the pod went away while the shim was down: removing its port");
+            let lock = self.pod_lock(cid);
+            let _g = lock.lock().await;
+            match self.del(cid, ifname, &BTreeMap::new()).await {
+                Ok(()) => removed.push(p.name.clone()),
+                Err(e) => {
+                    warn!(container = %cid, port = %p.name, error = %e.msg, "removing the port of a deleted pod failed; CNI GC will retry")
+                }
+            }
+        }
+        removed
+    }
+
     async fn gc(&self, conf: &NetConf) -> Result<(), CniError> {
         let valid = conf.valid_attachments.clone().unwrap_or_default();
         let ports = self.vsctl.pod_ports().await.map_err(ovs_err)?;
