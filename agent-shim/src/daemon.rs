@@ -71,6 +71,11 @@ pub struct Args {
     /// once.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..))]
     pub egress_reconcile_interval_ms: u64,
+    /// Seconds between re-checks of the node set-up (br0's settings, vxlan0, tun0 with its
+    /// address and routes, forwarding, the host nftables table): whatever was changed or
+    /// deleted behind the shim's back is put back (0: only at start).
+    #[arg(long, default_value_t = 10)]
+    pub node_reconcile_interval: u64,
     /// Register and set the node up, print the changes made as JSON, and exit.
     #[arg(long)]
     pub setup_only: bool,
@@ -235,6 +240,27 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
                         }
                     }
                     Err(e) => warn!(error = %e, "re-registering with the controller failed"),
+                }
+            }
+        });
+    }
+    if args.node_reconcile_interval > 0 {
+        let (vsctl, nl, spec, settings) =
+            (vsctl.clone(), nl.clone(), spec.clone(), settings.clone());
+        let every = Duration::from_secs(args.node_reconcile_interval);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match ensure_node(&vsctl, &nl, &spec, &settings).await {
+                    Ok(changes) => {
+                        for c in changes {
+                            warn!(change = %c, "node set-up repaired (changed behind the shim's back)");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "node set-up check failed; retrying"),
                 }
             }
         });

@@ -73,6 +73,8 @@ pub struct ShimOptions {
     /// Directory of the lab's certificates (`flowmeshctl certs lab`): node `n` gets
     /// `--ca ca.pem --cert node-nodeN.pem --key node-nodeN-key.pem`. None: plaintext.
     pub pki: Option<PathBuf>,
+    /// More flags, as given.
+    pub extra: Vec<String>,
 }
 
 impl ShimOptions {
@@ -84,6 +86,7 @@ impl ShimOptions {
             datapath_type: Some("netdev".into()),
             env: vec![("RUST_LOG".into(), "debug".into())],
             pki: None,
+            extra: Vec::new(),
         }
     }
 }
@@ -140,6 +143,7 @@ fn shim_args(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Vec<String> {
             f(format!("node-node{node}-key.pem")),
         ]);
     }
+    a.extend(o.extra.iter().cloned());
     a
 }
 

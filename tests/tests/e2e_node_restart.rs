@@ -65,7 +65,8 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let so = c.ctl.shim_options();
+    let mut so = c.ctl.shim_options();
+    so.extra = vec!["--node-reconcile-interval".into(), "1".into()];
     c.shims[1] = flowmesh_tests::cni::start_shim(&c.lab, 2, &so).expect("shim restart");
     // The deleted pod's port is gone by the time the shim serves CNI, and the controller
     // forgot the pod.
@@ -91,6 +92,39 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         text.contains("250 packets transmitted, 250 received"),
         "pings lost across the shim restart: {text}"
     );
+
+    // vxlan0 and tun0 deleted behind the restarted shim's back come back (same OpenFlow
+    // ports, so the controller's flows apply again) and traffic across nodes resumes.
+    let ovs2 = c.lab.node(2).expect("node2").ovs();
+    ovs2.vsctl(["del-port", "br0", "vxlan0"])
+        .expect("del vxlan0");
+    ovs2.vsctl(["del-port", "br0", "tun0"]).expect("del tun0");
+    assert!(
+        c.lab.ping(&a.ns, b.ip.into(), 1).expect("ping").received == 0,
+        "vxlan0 is gone"
+    );
+    let t = Instant::now();
+    while !(iface(&c, 2, "vxlan0").is_some_and(|r| r.ends_with(",1"))
+        && iface(&c, 2, "tun0").is_some_and(|r| r.ends_with(",2")))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "vxlan0/tun0 not recreated"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "vxlan0 and tun0 recreated after {} ms",
+        t.elapsed().as_millis()
+    );
+    assert!(log_has(&c.shims[1].log, "node set-up repaired"));
+    let t = Instant::now();
+    while c.lab.ping(&a.ns, b.ip.into(), 1).expect("ping").received == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no traffic across nodes after the repair"
+        );
+    }
 
     // The controller restarts: every shim re-registers within about a second of it answering
     // again, and a pod can be added right after.
