@@ -85,6 +85,9 @@ type Reject = Box<dyn FnOnce(ApiError) + Send>;
 struct WriteJob {
     changes: Vec<Change>,
     done: oneshot::Sender<Result<(), ApiError>>,
+    /// The controller's own change (egress failover, DNS results): stored only under this
+    /// replica's leadership (the store's fence), never by a standby or a deposed leader.
+    leader_only: bool,
 }
 
 /// What the store writer is asked to do.
@@ -137,12 +140,34 @@ async fn store_writer(
             fail_draining(&revs, jobs);
             continue;
         }
+        // API changes and the leader's own are separate transactions: only the latter must
+        // carry the leadership fence.
+        let (leader_jobs, jobs): (Vec<WriteJob>, Vec<WriteJob>) =
+            jobs.into_iter().partition(|j| j.leader_only);
+        for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
+            if !group.is_empty() {
+                write_group(&store, group, leader_only, &core, &revs, watched).await;
+            }
+        }
+    }
+}
+
+/// Store one group of jobs in one transaction and answer them.
+async fn write_group(
+    store: &Arc<dyn StateBackend>,
+    jobs: Vec<WriteJob>,
+    leader_only: bool,
+    core: &mpsc::UnboundedSender<CoreCmd>,
+    revs: &SharedRevisions,
+    watched: bool,
+) {
+    {
         let changes: Vec<Change> = jobs
             .iter()
             .flat_map(|j| j.changes.iter().cloned())
             .collect();
         let guarded: Vec<Guarded> = {
-            let r = revisions(&revs);
+            let r = revisions(revs);
             changes
                 .iter()
                 .map(|c| Guarded {
@@ -153,15 +178,22 @@ async fn store_writer(
         };
         let st = store.clone();
         let t = std::time::Instant::now();
-        let result = tokio::task::spawn_blocking(move || st.apply_guarded(&guarded))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
+        let result = tokio::task::spawn_blocking(move || {
+            if leader_only {
+                st.apply_guarded_leader(&guarded)
+            } else {
+                st.apply_guarded(&guarded)
+            }
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
         tracing::debug!(
             jobs = jobs.len(),
             micros = t.elapsed().as_micros() as u64,
             "state stored"
         );
-        let released = revisions(&revs).end(&changes, result.as_ref().ok().copied());
+        let not_leader = matches!(result, Err(StoreError::NotLeader(_)));
+        let released = revisions(revs).end(&changes, result.as_ref().ok().copied());
         if !released.is_empty() {
             let _ = core.send(CoreCmd::Store(released_event(released)));
         }
@@ -181,9 +213,9 @@ async fn store_writer(
                 // Nothing of this batch was acknowledged; the core relists what is stored and
                 // every write queued meanwhile is refused (it was built on the same model).
                 tracing::error!("storing changes failed; relisting the store");
-                revisions(&revs).draining = true;
-                let down = match &r {
-                    Err(ApiError::Unavailable(m)) => Some(m.clone()),
+                revisions(revs).draining = true;
+                let down = match (&r, &not_leader) {
+                    (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),
                     _ => None,
                 };
                 let _ = core.send(CoreCmd::Relist(down));
@@ -806,8 +838,13 @@ impl Core {
                 // Writes queued before this point were built on the model before the relist:
                 // the writer refuses them; what comes after is accepted again.
                 let _ = self.writer.send(WriterCmd::Resynced);
-                for (f, _) in std::mem::take(&mut self.after_resync) {
-                    self.mutate(f);
+                for (f, reject) in std::mem::take(&mut self.after_resync) {
+                    // The controller's own changes held back are the leader's: a replica
+                    // deposed meanwhile drops them (the new leader decides afresh).
+                    if reject.is_none() && !self.cfg.leadership.leads() {
+                        continue;
+                    }
+                    self.mutate(f, reject.is_none());
                 }
                 if !self.store_ok {
                     self.publish(Event::now(
@@ -910,7 +947,8 @@ impl Core {
             }
             return;
         }
-        self.mutate(f);
+        let leader_only = reject.is_none();
+        self.mutate(f, leader_only);
     }
 
     fn store_unavailable(&self) -> ApiError {
@@ -931,7 +969,9 @@ impl Core {
         }
     }
 
-    fn mutate(&mut self, f: MutateFn) {
+    /// Run a mutation; `leader_only` for the controller's own changes (stored only under this
+    /// replica's leadership).
+    fn mutate(&mut self, f: MutateFn, leader_only: bool) {
         let Some((mut effects, finish)) = f(&mut self.model) else {
             return;
         };
@@ -960,6 +1000,7 @@ impl Core {
             let _ = self.writer.send(WriterCmd::Write(WriteJob {
                 changes: effects.changes,
                 done: tx,
+                leader_only,
             }));
             if shared {
                 let (rtx, rrx) = oneshot::channel();
@@ -1313,6 +1354,12 @@ impl Core {
             // check runs when it ends.
             return;
         }
+        self.rejudge_liveness();
+    }
+
+    /// Every node's egress liveness from this replica's own view: online when its switch is
+    /// connected here and its shim has not stopped watching (a new leader's decisions).
+    fn rejudge_liveness(&mut self) {
         let nodes: Vec<(String, u64)> = self
             .model
             .nodes()
@@ -1325,8 +1372,17 @@ impl Core {
         }
     }
 
-    /// At the end of the start-up grace: nodes whose switch never connected are offline.
+    /// At the end of the start-up grace: nodes whose switch never connected are offline. A
+    /// replica that became leader during the grace also brings back online the nodes its
+    /// predecessor marked offline that are connected here.
     fn mark_unconnected_offline(&mut self) {
+        if matches!(
+            self.cfg.leadership.standing(),
+            crate::ha::Standing::Leader { .. }
+        ) {
+            self.rejudge_liveness();
+            return;
+        }
         let connected: std::collections::BTreeSet<u64> = self.connected.keys().copied().collect();
         let down: Vec<String> = self
             .model

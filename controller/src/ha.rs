@@ -54,6 +54,9 @@ impl Standing {
         match self {
             Standing::Alone => None,
             Standing::Leader { generation } => Some((Role::Master, *generation)),
+            // Until a leader's generation is known a slave request could be refused as stale:
+            // request none (a standby never writes either way).
+            Standing::Standby { generation: 0, .. } => None,
             Standing::Standby { generation, .. } => Some((Role::Slave, *generation)),
         }
     }
@@ -154,7 +157,16 @@ impl Leadership {
     }
 
     fn extend(&self, until: Instant) {
-        *lock(&self.valid_until) = Some(until);
+        let lapsed = {
+            let mut v = lock(&self.valid_until);
+            let lapsed = v.is_none_or(|t| t <= Instant::now());
+            *v = Some(until);
+            lapsed
+        };
+        if lapsed && matches!(*self.standing.borrow(), Standing::Leader { .. }) {
+            // Reconcilers that held back while the lease was uncertain sync now.
+            self.standing.send_modify(|_| {});
+        }
     }
 
     /// Where replicas register (set once, by the server).
@@ -328,6 +340,8 @@ pub async fn run(
         if *stop.borrow() {
             return;
         }
+        // The lease runs from no earlier than the request: count from before it.
+        let asked_at = Instant::now();
         let lease = match retry_unsent(|| {
             let mut c = client.clone();
             let ttl = cfg.ttl_secs.max(1);
@@ -351,18 +365,18 @@ pub async fn run(
         let granted = Duration::from_secs(lease.ttl().max(1) as u64);
         let ttl = ttl.max(granted);
         let id = lease.id();
-        let granted_at = Instant::now();
+        let granted_at = asked_at;
         tracing::info!(lease = id, ttl_s = ttl.as_secs(), replica = %cfg.id, "leader election: lease granted");
         let end = hold_lease(
             &client, &prefix, &cfg, &me, id, ttl, granted_at, &lead, &fence, &mut stop,
         )
         .await;
-        fence.set(None);
         let was_leader = matches!(lead.standing(), Standing::Leader { .. });
         let generation = match lead.standing() {
             Standing::Leader { generation } | Standing::Standby { generation, .. } => generation,
             Standing::Alone => 0,
         };
+        // Standby first, then no fence: nothing sees "leader" without the fence.
         lead.set(
             Standing::Standby {
                 generation,
@@ -370,6 +384,7 @@ pub async fn run(
             },
             None,
         );
+        fence.set(None);
         match end {
             LeaseEnd::Stopped => {
                 let revoke = retry_unsent(|| {
@@ -382,6 +397,13 @@ pub async fn run(
             }
             LeaseEnd::Lost(why) => {
                 tracing::warn!(replica = %cfg.id, was_leader, %why, "leader election: lease lost; now standby, campaigning again");
+                // It may still live in etcd (renewals were only late): let it go, so a
+                // leader key bound to it goes at once instead of at its expiry.
+                let revoke = retry_unsent(|| {
+                    let mut c = client.clone();
+                    async move { c.lease_revoke(id).await }
+                });
+                let _ = tokio::time::timeout(ttl / 3, revoke).await;
             }
         }
     }
@@ -409,7 +431,8 @@ async fn hold_lease(
     // `confirmed`, plus the TTL; stepping down a sixth of the TTL before that leaves room.
     let margin = ttl / 6;
     let mut confirmed = granted_at;
-    let mut sent_at = granted_at;
+    // Send times of the renewals not answered yet, oldest first (one answer each, in order).
+    let mut sent: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let leader_key = format!("{prefix}leader");
@@ -429,7 +452,15 @@ async fn hold_lease(
         }
         if campaign_now {
             campaign_now = false;
-            match campaign(client, &leader_key, &cfg.id, lease).await {
+            let bounded =
+                tokio::time::timeout(period, campaign(client, &leader_key, &cfg.id, lease));
+            let outcome = match bounded.await {
+                Ok(r) => r,
+                Err(_) => Err(etcd_client::Error::WatchError(
+                    "the campaign took longer than a third of the TTL".into(),
+                )),
+            };
+            match outcome {
                 Ok(Campaign::Won(rev)) => {
                     let generation = rev as u64;
                     fence.set(Some((leader_key.clone(), rev)));
@@ -438,7 +469,10 @@ async fn hold_lease(
                         Some(confirmed + ttl - margin),
                     );
                     tracing::info!(replica = %cfg.id, generation, "leader election: elected leader");
-                    follow = watch_key(client, &leader_key, rev + 1).await;
+                    follow = watch_key(client, &leader_key, rev + 1, period).await;
+                    if follow.is_none() {
+                        campaign_now = true;
+                    }
                 }
                 Ok(Campaign::Lost {
                     holder_lease,
@@ -455,7 +489,7 @@ async fn hold_lease(
                         },
                         Some(confirmed + ttl - margin),
                     );
-                    follow = watch_key(client, &leader_key, revision + 1).await;
+                    follow = watch_key(client, &leader_key, revision + 1, period).await;
                     if follow.is_none() {
                         campaign_now = true;
                     }
@@ -473,8 +507,9 @@ async fn hold_lease(
                         },
                         None,
                     );
+                    fence.set(None);
                     tracing::info!(replica = %cfg.id, %leader, generation, "leader election: standby");
-                    follow = watch_key(client, &leader_key, revision + 1).await;
+                    follow = watch_key(client, &leader_key, revision + 1, period).await;
                     if follow.is_none() {
                         campaign_now = true;
                     }
@@ -509,7 +544,7 @@ async fn hold_lease(
                     let (k, v) = (replica_key.clone(), v.clone());
                     async move { c.put(k, v, Some(PutOptions::new().with_lease(lease))).await }
                 });
-                if put.await.is_ok() {
+                if matches!(tokio::time::timeout(period, put).await, Ok(Ok(_))) {
                     registered_version = version;
                     registered_state = state.to_string();
                 }
@@ -540,10 +575,14 @@ async fn hold_lease(
                 }
             }
             _ = tick.tick() => {
-                sent_at = Instant::now();
-                if let Err(e) = keeper.keep_alive().await {
-                    tracing::debug!(error = %e, "lease keep-alive not sent; reopening the stream");
-                    stream = None;
+                let at = Instant::now();
+                match keeper.keep_alive().await {
+                    Ok(()) => sent.push_back(at),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "lease keep-alive not sent; reopening the stream");
+                        stream = None;
+                        sent.clear();
+                    }
                 }
             }
             r = responses.message() => match r {
@@ -551,7 +590,9 @@ async fn hold_lease(
                     if resp.ttl() <= 0 {
                         return LeaseEnd::Lost("etcd says the lease expired".into());
                     }
-                    confirmed = sent_at;
+                    if let Some(at) = sent.pop_front() {
+                        confirmed = confirmed.max(at);
+                    }
                     if matches!(lead.standing(), Standing::Leader { .. }) {
                         lead.extend(confirmed + ttl - margin);
                     }
@@ -560,6 +601,7 @@ async fn hold_lease(
                     // The stream broke (a member went away): open another one; the deadline
                     // above still counts from the last confirmed renewal.
                     stream = None;
+                    sent.clear();
                 }
             },
             ev = next_event(&mut follow) => match ev {
@@ -645,17 +687,21 @@ async fn campaign(
     })
 }
 
-async fn watch_key(client: &Client, key: &str, from: i64) -> Option<etcd_client::WatchStream> {
-    retry_unsent(|| {
+async fn watch_key(
+    client: &Client,
+    key: &str,
+    from: i64,
+    within: Duration,
+) -> Option<etcd_client::WatchStream> {
+    let open = retry_unsent(|| {
         let mut c = client.clone();
         let k = key.to_string();
         async move {
             c.watch(k, Some(WatchOptions::new().with_start_revision(from)))
                 .await
         }
-    })
-    .await
-    .ok()
+    });
+    tokio::time::timeout(within, open).await.ok()?.ok()
 }
 
 enum KeyEvent {

@@ -125,12 +125,17 @@ pub struct Reconciler {
     /// A standby's acks, answered once the switch holds the desired flows (the leader's
     /// work), or with an error at their deadline.
     standby_acks: Vec<(Ack, Instant)>,
+    /// The pause before the next read-back for `standby_acks` (grows while they wait).
+    standby_check: Duration,
 }
 
 /// How long a standby waits for the leader to program a change it stored.
 const STANDBY_ACK_WAIT: Duration = Duration::from_secs(20);
-/// How often a standby reads the switch back while acks wait.
-const STANDBY_CHECK: Duration = Duration::from_millis(20);
+/// How soon a standby first reads the switch back for waiting acks; the pause doubles up to
+/// [`STANDBY_CHECK_MAX`] while they wait (a whole flow table per read).
+const STANDBY_CHECK: Duration = Duration::from_millis(10);
+/// The longest pause between a standby's read-backs.
+const STANDBY_CHECK_MAX: Duration = Duration::from_millis(500);
 
 impl Reconciler {
     /// Start a reconciler for `node` (or an unknown datapath) with its desired state.
@@ -163,6 +168,7 @@ impl Reconciler {
             lead: lead.clone(),
             role_held: None,
             standby_acks: Vec::new(),
+            standby_check: STANDBY_CHECK,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -173,12 +179,11 @@ impl Reconciler {
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut standing = self.lead.subscribe();
-        let mut check = tokio::time::interval(STANDBY_CHECK);
-        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = check.tick(), if !self.standby_acks.is_empty() => {
+                _ = tokio::time::sleep(self.standby_check), if !self.standby_acks.is_empty() => {
                     self.check_standby_acks().await;
+                    self.standby_check = (self.standby_check * 2).min(STANDBY_CHECK_MAX);
                 }
                 changed = standing.changed() => {
                     if changed.is_err() {
@@ -305,7 +310,18 @@ impl Reconciler {
             return;
         };
         let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
+        let standby = matches!(self.lead.standing(), Standing::Standby { .. });
         if let Err(e) = self.hold_role(conn_id, link.as_ref()).await {
+            if standby {
+                // A refused slave request (the switch saw a newer generation) changes nothing
+                // for a standby: it writes nothing and may still read the switch.
+                tracing::debug!(node = %self.status.node, error = %e, "slave role not granted");
+                let deadline = Instant::now() + STANDBY_ACK_WAIT;
+                self.standby_acks
+                    .extend(acks.into_iter().map(|a| (a, deadline)));
+                self.standby_check = STANDBY_CHECK;
+                return;
+            }
             self.status.set_error(&e);
             tracing::warn!(node = %self.status.node, error = %e, "role request refused");
             self.status.synced.store(false, Ordering::Relaxed);
@@ -323,6 +339,9 @@ impl Reconciler {
             // replica reads the desired flows back from the switch.
             self.status.synced.store(false, Ordering::Relaxed);
             let deadline = Instant::now() + STANDBY_ACK_WAIT;
+            if !acks.is_empty() {
+                self.standby_check = STANDBY_CHECK;
+            }
             self.standby_acks
                 .extend(acks.into_iter().map(|a| (a, deadline)));
             return;

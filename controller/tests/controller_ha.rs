@@ -300,7 +300,7 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
     use controller::state::etcd::{EtcdConfig, EtcdStore};
-    use controller::state::{Change, StateBackend, StoreError};
+    use controller::state::{StateBackend, StoreError};
     let cluster = EtcdCluster::start(1).expect("etcd");
     let mut cfg = EtcdConfig::new(&cluster.endpoints()).expect("config");
     cfg.prefix = "/fence/".into();
@@ -321,22 +321,37 @@ async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
         })
         .and_then(|s| s.parse().ok())
         .expect("mod revision");
-    store.fence().set(Some((leader_key.clone(), rev)));
-    let put = |n: &str| {
+    // `leader`: written as the controller's own change (only under the leadership fence).
+    let write = |n: &str, leader: bool| {
         let s = store.clone();
         let n = n.to_string();
         std::thread::spawn(move || {
             let mut m =
                 topology::ClusterModel::new(controller::core::default_config()).expect("model");
             m.add_namespace(&n).expect("namespace");
-            let Change::Put(r) = controller::core::namespace_change(&m, &n) else {
-                unreachable!()
-            };
-            s.apply(&[Change::Put(r)])
+            let change = controller::core::namespace_change(&m, &n);
+            let g = [controller::state::Guarded {
+                change,
+                expected: -1,
+            }];
+            if leader {
+                s.apply_guarded_leader(&g).map(|_| ())
+            } else {
+                s.apply_guarded(&g).map(|_| ())
+            }
         })
         .join()
         .expect("thread")
     };
+    // Without the fence (a standby): API changes are written, the leader's own are refused.
+    write("standby-api", false).expect("a standby stores API changes");
+    match write("standby-own", true) {
+        Err(StoreError::NotLeader(m)) => assert!(m.contains("does not lead"), "{m}"),
+        other => panic!("a standby's own change must be refused: {other:?}"),
+    }
+    store.fence().set(Some((leader_key.clone(), rev)));
+    write("leader-own", true).expect("the leader's own change goes through");
+    let put = |n: &str| write(n, false);
     put("while-leading").expect("a leader's write goes through");
     // Another replica wins: the key is recreated at a later revision.
     cluster.etcdctl(&["del", &leader_key]).expect("del");
@@ -352,6 +367,12 @@ async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
         .expect("get");
     assert!(
         keys.contains("while-leading") && !keys.contains("after-deposed"),
+        "{keys}"
+    );
+    assert!(
+        keys.contains("standby-api")
+            && keys.contains("leader-own")
+            && !keys.contains("standby-own"),
         "{keys}"
     );
 }

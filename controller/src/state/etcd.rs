@@ -317,87 +317,18 @@ impl StateBackend for EtcdStore {
     /// revision 0), then the puts and deletes; on a failed comparison, the keys are read back
     /// to name the one that changed. An expectation of -1 (plain `apply`) compares nothing.
     fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
-        let batch = super::coalesce(changes);
-        if batch.is_empty() {
-            return Ok(0);
+        self.apply_fenced(changes, self.fence.current())
+    }
+
+    fn apply_guarded_leader(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
+        // One reading of the fence decides and guards: the transaction compares the leader
+        // key with it even if the election clears it meanwhile.
+        match self.fence.current() {
+            None => Err(StoreError::NotLeader(
+                "this replica does not lead: the controller's own changes are the leader's".into(),
+            )),
+            fence => self.apply_fenced(changes, fence),
         }
-        let mut compares = Vec::new();
-        let mut ops = Vec::new();
-        let mut reads = Vec::new();
-        let mut keys = Vec::new();
-        for (k, g) in &batch {
-            let full = self.full_key(k);
-            if g.expected >= 0 {
-                compares.push(Compare::mod_revision(
-                    full.clone(),
-                    CompareOp::Equal,
-                    g.expected,
-                ));
-            }
-            match &g.change {
-                Change::Put(r) => {
-                    let bytes = serde_json::to_vec(r)
-                        .map_err(|e| StoreError::Transaction(e.to_string()))?;
-                    ops.push(TxnOp::put(full.clone(), bytes, None));
-                }
-                Change::Delete(_) => ops.push(TxnOp::delete(full.clone(), None)),
-            }
-            reads.push(TxnOp::get(full.clone(), None));
-            keys.push((full, g.expected));
-        }
-        let fence = self.fence.current();
-        if let Some((key, rev)) = &fence {
-            compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
-            reads.push(TxnOp::get(key.clone(), None));
-        }
-        let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
-        let client = self.client.clone();
-        let cfg = self.cfg.clone();
-        let resp = self.block(async move {
-            retry_unsent(|| {
-                let mut c = client.clone();
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await
-            .map_err(|e| unavailable(&cfg, e))
-        })??;
-        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if resp.succeeded() {
-            return Ok(revision);
-        }
-        let responses = resp.op_responses();
-        if let (Some((key, rev)), Some(TxnOpResponse::Get(g))) = (&fence, responses.last()) {
-            let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
-            if found != *rev {
-                return Err(StoreError::NotLeader(format!(
-                    "this replica's leadership (generation {rev}) ended: {key} is {}",
-                    if found == 0 {
-                        "gone".to_string()
-                    } else {
-                        format!("at generation {found}")
-                    }
-                )));
-            }
-        }
-        // Name the first key whose revision moved.
-        for (op, (key, expected)) in responses.into_iter().zip(keys) {
-            if let TxnOpResponse::Get(g) = op {
-                let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
-                if found != expected {
-                    return Err(StoreError::Conflict {
-                        key,
-                        expected,
-                        found,
-                    });
-                }
-            }
-        }
-        Err(StoreError::Conflict {
-            key: "(a key of the batch)".into(),
-            expected: -1,
-            found: revision,
-        })
     }
 
     fn watch(&self, from: Revision) -> Option<Watch> {
@@ -578,5 +509,96 @@ async fn watch_loop(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+impl EtcdStore {
+    /// One guarded transaction; with `fence` (this replica leads), the leader key's revision
+    /// is compared too.
+    fn apply_fenced(
+        &self,
+        changes: &[Guarded],
+        fence: Option<(String, i64)>,
+    ) -> Result<Revision, StoreError> {
+        let batch = super::coalesce(changes);
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let mut compares = Vec::new();
+        let mut ops = Vec::new();
+        let mut reads = Vec::new();
+        let mut keys = Vec::new();
+        for (k, g) in &batch {
+            let full = self.full_key(k);
+            if g.expected >= 0 {
+                compares.push(Compare::mod_revision(
+                    full.clone(),
+                    CompareOp::Equal,
+                    g.expected,
+                ));
+            }
+            match &g.change {
+                Change::Put(r) => {
+                    let bytes = serde_json::to_vec(r)
+                        .map_err(|e| StoreError::Transaction(e.to_string()))?;
+                    ops.push(TxnOp::put(full.clone(), bytes, None));
+                }
+                Change::Delete(_) => ops.push(TxnOp::delete(full.clone(), None)),
+            }
+            reads.push(TxnOp::get(full.clone(), None));
+            keys.push((full, g.expected));
+        }
+        if let Some((key, rev)) = &fence {
+            compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
+            reads.push(TxnOp::get(key.clone(), None));
+        }
+        let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
+        let client = self.client.clone();
+        let cfg = self.cfg.clone();
+        let resp = self.block(async move {
+            retry_unsent(|| {
+                let mut c = client.clone();
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await
+            .map_err(|e| unavailable(&cfg, e))
+        })??;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if resp.succeeded() {
+            return Ok(revision);
+        }
+        let responses = resp.op_responses();
+        if let (Some((key, rev)), Some(TxnOpResponse::Get(g))) = (&fence, responses.last()) {
+            let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+            if found != *rev {
+                return Err(StoreError::NotLeader(format!(
+                    "this replica's leadership (generation {rev}) ended: {key} is {}",
+                    if found == 0 {
+                        "gone".to_string()
+                    } else {
+                        format!("at generation {found}")
+                    }
+                )));
+            }
+        }
+        // Name the first key whose revision moved.
+        for (op, (key, expected)) in responses.into_iter().zip(keys) {
+            if let TxnOpResponse::Get(g) = op {
+                let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+                if found != expected {
+                    return Err(StoreError::Conflict {
+                        key,
+                        expected,
+                        found,
+                    });
+                }
+            }
+        }
+        Err(StoreError::Conflict {
+            key: "(a key of the batch)".into(),
+            expected: -1,
+            found: revision,
+        })
     }
 }

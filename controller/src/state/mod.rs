@@ -145,6 +145,13 @@ pub trait StateBackend: Send + Sync + 'static {
         let plain: Vec<Change> = changes.iter().map(|g| g.change.clone()).collect();
         self.apply(&plain).map(|()| 0)
     }
+    /// [`StateBackend::apply_guarded`] for the controller's own changes, which only the
+    /// leader of several replicas may make: a backend shared by replicas refuses the batch
+    /// with [`StoreError::NotLeader`] unless this replica holds the leadership fence. The
+    /// default (a store with one writer) is `apply_guarded`.
+    fn apply_guarded_leader(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
+        self.apply_guarded(changes)
+    }
     /// Watch the store from revision `from` (exclusive: changes after it). `None`: the
     /// backend has no other writer and nothing to report (the core then keeps its own model).
     fn watch(&self, from: Revision) -> Option<Watch> {
