@@ -4,9 +4,9 @@
 set -euo pipefail
 # protobuf-compiler + libprotobuf-dev: the etcd-client crate compiles etcd's protos at build time;
 # etcd-server + etcd-client (etcdctl): the etcd datastore tests run a real 3-member cluster; arping: the shim's
-# gratuitous ARP for egress IPs.
+# gratuitous ARP for egress IPs; containernetworking-plugins + iptables: portmap and bandwidth chained after flowmesh-cni.
 pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
-    protobuf-compiler libprotobuf-dev etcd-server etcd-client)
+    protobuf-compiler libprotobuf-dev etcd-server etcd-client containernetworking-plugins iptables)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

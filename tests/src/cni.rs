@@ -353,13 +353,27 @@ impl CniOutcome {
 /// with only `CNI_*` (and `PATH`), the configuration on stdin.
 pub fn invoke_cni(lab: &NetnsLab, node: usize, call: &CniCall) -> Result<CniOutcome> {
     let bins = shim_bins()?;
+    exec_plugin(lab, node, &bins.cni, call)
+}
+
+/// Where Debian's `containernetworking-plugins` installs the standard plugins.
+pub const STANDARD_PLUGINS: &str = "/usr/lib/cni";
+
+/// Runs plugin `program` in node `node`'s namespace as a runtime would (environment from
+/// `call`, `call.config` or `raw_stdin` on stdin).
+fn exec_plugin(lab: &NetnsLab, node: usize, program: &Path, call: &CniCall) -> Result<CniOutcome> {
+    let bins = shim_bins()?;
+    let cni_path = format!(
+        "{}:{STANDARD_PLUGINS}",
+        bins.cni.parent().unwrap_or(Path::new("/")).display()
+    );
     let mut cmd = Command::new("ip");
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .args(["netns", "exec", lab.node(node)?.ns()])
-        .arg(&bins.cni)
+        .arg(program)
         .env("CNI_COMMAND", &call.command)
-        .env("CNI_PATH", bins.cni.parent().unwrap_or(Path::new("/")));
+        .env("CNI_PATH", cni_path);
     for (k, v) in [
         ("CNI_CONTAINERID", &call.container_id),
         ("CNI_NETNS", &call.netns),
@@ -397,7 +411,7 @@ pub fn invoke_cni(lab: &NetnsLab, node: usize, call: &CniCall) -> Result<CniOutc
     let out = child
         .wait_with_output()
         .map_err(|source| HarnessError::Net {
-            context: "wait for flowmesh-cni".into(),
+            context: format!("wait for {}", program.display()),
             source,
         })?;
     let elapsed = t0.elapsed();
@@ -443,6 +457,71 @@ pub fn bind_tcp_in_netns(ns: &str, addr: SocketAddr) -> Result<TcpListener> {
     })
     .join()
     .map_err(|_| HarnessError::Invalid("bind thread panicked".into()))?
+}
+
+/// Runs `call` (ADD or DEL) through every plugin of the network config list `conflist` (a
+/// `.conflist` as a runtime reads it), as libcni does: each plugin gets the list's
+/// `cniVersion` and `name`, the `runtimeConfig` entries of `runtime` its `capabilities` ask
+/// for, and (ADD) the previous plugin's result as `prevResult`; DEL runs the list backwards.
+/// `flowmesh-cni` is the one built here, the others come from [`STANDARD_PLUGINS`]. Stops
+/// at the first failure; returns every outcome (the last is the chain's result).
+pub fn invoke_chain(
+    lab: &NetnsLab,
+    node: usize,
+    conflist: &Value,
+    socket: &Path,
+    call: &CniCall,
+    runtime: &Value,
+) -> Result<Vec<CniOutcome>> {
+    let bins = shim_bins()?;
+    let mut plugins: Vec<Value> = conflist["plugins"].as_array().cloned().unwrap_or_default();
+    if call.command == "DEL" {
+        plugins.reverse();
+    }
+    let mut outcomes: Vec<CniOutcome> = Vec::new();
+    let mut prev: Option<Value> = None;
+    for plugin in plugins {
+        let ty = plugin["type"].as_str().unwrap_or_default().to_string();
+        let mut conf = plugin.clone();
+        conf["cniVersion"] = conflist["cniVersion"].clone();
+        conf["name"] = conflist["name"].clone();
+        if ty == "flowmesh-cni" {
+            conf["socket"] = json!(socket.display().to_string());
+        }
+        let mut rc = serde_json::Map::new();
+        if let Some(caps) = plugin["capabilities"].as_object() {
+            for (k, on) in caps {
+                if on == &json!(true) && !runtime[k].is_null() {
+                    rc.insert(k.clone(), runtime[k].clone());
+                }
+            }
+        }
+        if !rc.is_empty() {
+            conf["runtimeConfig"] = Value::Object(rc);
+        }
+        if let Some(p) = &prev {
+            conf["prevResult"] = p.clone();
+        }
+        let program = if ty == "flowmesh-cni" {
+            bins.cni.clone()
+        } else {
+            Path::new(STANDARD_PLUGINS).join(&ty)
+        };
+        let c = CniCall {
+            config: conf,
+            ..call.clone()
+        };
+        let out = exec_plugin(lab, node, &program, &c)?;
+        let failed = out.exit_code != 0;
+        if call.command == "ADD" && !failed {
+            prev = Some(out.stdout.clone());
+        }
+        outcomes.push(out);
+        if failed {
+            break;
+        }
+    }
+    Ok(outcomes)
 }
 
 /// A pod created through flowmesh-cni by [`add_pod_via_cni`].
