@@ -159,3 +159,65 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
     let d = c.add_cni_pod(3, "shop", "after-restart");
     assert_eq!(c.lab.ping(&d.ns, a.ip.into(), 3).expect("ping").received, 3);
 }
+
+/// A non-pod container network on a node (the shape of an image build: a plain Linux bridge,
+/// a namespace behind it, the host's own masquerade) keeps reaching a host outside the
+/// cluster with the shim's host set-up in place, and after the shim set the node up again.
+#[test]
+fn a_plain_container_bridge_keeps_its_own_networking() {
+    let mut c = CniCluster::start(&ControllerOptions::multitenant());
+    let (_, outside_ip) = c.lab.add_underlay_host("outside", 201).expect("outside");
+    let node_ns = c.lab.node(1).expect("node1").ns().to_owned();
+    let build = c.lab.add_netns("build").expect("build netns");
+    let run = |ns: &str, args: &[&str]| {
+        c.lab
+            .run_in(ns, args[0], &args[1..])
+            .unwrap_or_else(|e| panic!("{args:?} in {ns}: {e}"));
+    };
+    run(&node_ns, &["ip", "link", "add", "cbr0", "type", "bridge"]);
+    run(
+        &node_ns,
+        &["ip", "addr", "add", "10.88.0.1/16", "dev", "cbr0"],
+    );
+    run(&node_ns, &["ip", "link", "set", "cbr0", "up"]);
+    c.lab
+        .add_veth(&build, "eth0", &node_ns, "vbuild")
+        .expect("veth");
+    run(
+        &node_ns,
+        &["ip", "link", "set", "vbuild", "master", "cbr0", "up"],
+    );
+    run(
+        &build,
+        &["ip", "addr", "add", "10.88.0.2/16", "dev", "eth0"],
+    );
+    run(&build, &["ip", "link", "set", "eth0", "up"]);
+    run(
+        &build,
+        &["ip", "route", "add", "default", "via", "10.88.0.1"],
+    );
+    run(
+        &node_ns,
+        &["nft", "add table ip buildnat; add chain ip buildnat post { type nat hook postrouting priority srcnat; }; add rule ip buildnat post ip saddr 10.88.0.0/16 oifname != \"cbr0\" masquerade"],
+    );
+    let reach = |c: &CniCluster| {
+        c.lab
+            .ping(&build, outside_ip.into(), 3)
+            .expect("ping")
+            .received
+    };
+    assert_eq!(
+        reach(&c),
+        3,
+        "the build namespace cannot reach the outside host"
+    );
+    // The shim sets the node up again (its start-up set-up, after a restart).
+    c.lab.stop_process(c.shims[0].pid);
+    let so = c.ctl.shim_options();
+    c.shims[0] = flowmesh_tests::cni::start_shim(&c.lab, 1, &so).expect("shim restart");
+    assert_eq!(
+        reach(&c),
+        3,
+        "the build namespace lost the outside after the shim's set-up"
+    );
+}
