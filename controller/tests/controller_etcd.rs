@@ -216,13 +216,19 @@ async fn two_replicas_share_one_etcd_and_concurrent_writes_lose_nothing() {
     for t in tasks {
         conflicts += t.await.expect("task");
     }
-    let n1 = netnamespaces(&mut a1).await;
+    // Each replica learns the other's last creations through its watch: wait until both
+    // hold all 24 and agree (a snapshot of one could still lack the other's latest).
     wait_for(
-        "c2 to hold every namespace",
+        "both replicas to hold every namespace",
         Duration::from_secs(15),
-        async || netnamespaces(&mut a2).await == n1,
+        async || {
+            let n1 = netnamespaces(&mut a1).await;
+            n1.keys().filter(|k| k.starts_with("race-")).count() == 24
+                && netnamespaces(&mut a2).await == n1
+        },
     )
     .await;
+    let n1 = netnamespaces(&mut a1).await;
     let racers: BTreeMap<&String, &u32> =
         n1.iter().filter(|(k, _)| k.starts_with("race-")).collect();
     assert_eq!(racers.len(), 24, "{n1:?}");
