@@ -296,17 +296,7 @@ impl Reconciler {
     /// Make the switch hold the desired state, then answer the acks.
     async fn sync(&mut self, acks: Vec<Ack>, audit: bool) {
         let Some((_, _, link)) = self.link.clone() else {
-            for a in acks {
-                let r = if a.require_connected {
-                    Err(ApiError::Unavailable(format!(
-                        "the switch of node {} is not connected",
-                        self.status.node
-                    )))
-                } else {
-                    Ok(())
-                };
-                let _ = a.tx.send(r);
-            }
+            self.answer_disconnected(acks);
             return;
         };
         let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
@@ -316,10 +306,7 @@ impl Reconciler {
                 // A refused slave request (the switch saw a newer generation) changes nothing
                 // for a standby: it writes nothing and may still read the switch.
                 tracing::debug!(node = %self.status.node, error = %e, "slave role not granted");
-                let deadline = Instant::now() + STANDBY_ACK_WAIT;
-                self.standby_acks
-                    .extend(acks.into_iter().map(|a| (a, deadline)));
-                self.standby_check = STANDBY_CHECK;
+                self.park_standby_acks(acks);
                 return;
             }
             self.status.set_error(&e);
@@ -338,12 +325,7 @@ impl Reconciler {
             // and the leader programs it from the store's watch. The acks wait until this
             // replica reads the desired flows back from the switch.
             self.status.synced.store(false, Ordering::Relaxed);
-            let deadline = Instant::now() + STANDBY_ACK_WAIT;
-            if !acks.is_empty() {
-                self.standby_check = STANDBY_CHECK;
-            }
-            self.standby_acks
-                .extend(acks.into_iter().map(|a| (a, deadline)));
+            self.park_standby_acks(acks);
             return;
         }
         let started = Instant::now();
@@ -378,23 +360,41 @@ impl Reconciler {
         }
     }
 
+    /// Acks while the switch is not connected: one that needs the switch fails, the others
+    /// are answered (the change is stored; the switch gets it when it connects).
+    fn answer_disconnected(&self, acks: Vec<Ack>) {
+        for a in acks {
+            let r = if a.require_connected {
+                Err(ApiError::Unavailable(format!(
+                    "the switch of node {} is not connected",
+                    self.status.node
+                )))
+            } else {
+                Ok(())
+            };
+            let _ = a.tx.send(r);
+        }
+    }
+
+    /// Keep a standby's acks until the switch holds the desired flows (checked soon, then
+    /// less and less often).
+    fn park_standby_acks(&mut self, acks: Vec<Ack>) {
+        if acks.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + STANDBY_ACK_WAIT;
+        self.standby_check = STANDBY_CHECK;
+        self.standby_acks
+            .extend(acks.into_iter().map(|a| (a, deadline)));
+    }
+
     /// A standby's acks: answered once the switch holds the desired flows, or at their deadline
     /// with an error (the change is stored; no leader programmed it in time).
     async fn check_standby_acks(&mut self) {
         let Some((_, _, link)) = self.link.clone() else {
-            // Disconnected: an ack that needs the switch fails; the others are answered (the
-            // change is stored; the switch gets it when it connects to the leader).
-            for (a, _) in self.standby_acks.drain(..) {
-                let r = if a.require_connected {
-                    Err(ApiError::Unavailable(format!(
-                        "the switch of node {} is not connected",
-                        self.status.node
-                    )))
-                } else {
-                    Ok(())
-                };
-                let _ = a.tx.send(r);
-            }
+            // The change is stored; the switch gets it when it connects to the leader.
+            let acks: Vec<Ack> = self.standby_acks.drain(..).map(|(a, _)| a).collect();
+            self.answer_disconnected(acks);
             return;
         };
         let holds = match link.read_state().await {

@@ -141,17 +141,7 @@ pub fn sandbox_all(ctls: &[&Controller], nodes: &[NodeSpec<'_>]) -> OvsSandbox {
 
 /// One counter from a controller's metrics endpoint (0 when it is absent or unreachable).
 pub fn metric(c: &Controller, name: &str) -> u64 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(c.metrics) else {
-        return 0;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0)
+    flowmesh_tests::bench::scrape_metric(c.metrics, name)
 }
 
 /// The index in `cs` of the replica that leads, as `get controllers` through any live one

@@ -26,6 +26,22 @@ pub fn arg_value<T: std::str::FromStr>(
     }
 }
 
+/// One counter or gauge from a flowmesh metrics endpoint (`/metrics` at `addr`); 0 when it is
+/// absent or the endpoint does not answer.
+pub fn scrape_metric(addr: std::net::SocketAddr, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Median of a non-empty list (the mean of the middle two for an even count).
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();

@@ -156,17 +156,7 @@ impl Replica {
 
     /// A counter of its metrics endpoint (0 when unreachable).
     fn metric(&self, name: &str) -> u64 {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(self.metrics) else {
-            return 0;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-        let mut body = String::new();
-        let _ = s.read_to_string(&mut body);
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or(0)
+        super::scrape_metric(self.metrics, name)
     }
 }
 
