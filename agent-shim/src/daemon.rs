@@ -76,6 +76,14 @@ pub struct Args {
     /// deleted behind the shim's back is put back (0: only at start).
     #[arg(long, default_value_t = 10)]
     pub node_reconcile_interval: u64,
+    /// NetworkManager's configuration directory: when it exists, the shim writes
+    /// `flowmesh.conf` there so br0, vxlan0, tun0 and pod veths stay unmanaged.
+    #[arg(long, default_value = "/etc/NetworkManager/conf.d")]
+    pub networkmanager_conf_dir: PathBuf,
+    /// Remove what the shim set up on this node (br0 and its ports, the nftables tables, the
+    /// NetworkManager file), print what was removed as JSON, and exit. Needs no controller.
+    #[arg(long)]
+    pub uninstall: bool,
     /// Register and set the node up, print the changes made as JSON, and exit.
     #[arg(long)]
     pub setup_only: bool,
@@ -154,6 +162,19 @@ async fn register(api: &NodeApi, args: &Args) -> Result<proto::node::NodeConfig,
 
 /// Runs the shim.
 pub async fn run(args: Args) -> Result<(), DaemonError> {
+    if args.uninstall {
+        let removed = crate::node::uninstall(
+            &Vsctl::default(),
+            &args.bridge,
+            Some(&args.networkmanager_conf_dir),
+        )
+        .await?;
+        for r in &removed {
+            info!(removed = %r, "uninstall");
+        }
+        println!("{}", serde_json::json!({ "removed": removed }));
+        return Ok(());
+    }
     let tls = match (&args.ca, &args.cert, &args.key) {
         (Some(ca), Some(cert), Some(key)) => {
             Some(crate::nodeapi::client_tls(ca, cert, key).map_err(DaemonError::Tls)?)
@@ -206,6 +227,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         dpid: args.dpid,
         controller: args.openflow_target.clone(),
         node_ip: args.node_ip,
+        nm_conf_dir: Some(args.networkmanager_conf_dir.clone()),
     };
     let changes = ensure_node(&vsctl, &nl, &spec, &settings).await?;
     info!(changes = changes.len(), "node set up");

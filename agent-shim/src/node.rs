@@ -42,6 +42,14 @@ pub enum SetupError {
     /// nft failed.
     #[error(transparent)]
     Nft(#[from] NftError),
+    /// Writing a configuration file failed.
+    #[error("{path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Writing a sysctl failed.
     #[error("sysctl {path}: {source}")]
     Sysctl {
@@ -141,6 +149,45 @@ pub struct BridgeSpec {
     pub controller: Option<String>,
     /// The node's underlay address (VXLAN local_ip).
     pub node_ip: Ipv4Addr,
+    /// NetworkManager's `conf.d` directory: when it exists, `flowmesh.conf` there keeps the
+    /// node's OVS and pod devices out of NetworkManager's hands (None: leave it alone).
+    pub nm_conf_dir: Option<std::path::PathBuf>,
+}
+
+/// The file the shim writes in NetworkManager's `conf.d`.
+pub const NM_CONF: &str = "flowmesh.conf";
+
+/// What `NM_CONF` holds: br0, vxlan0, tun0, the kernel datapath's devices and the pods' host
+/// veths are unmanaged.
+pub fn nm_conf(bridge: &str) -> String {
+    format!(
+        "# Written by flowmesh-shim (removed by flowmesh-shim --uninstall): Open vSwitch and pod\n\
+         # devices are not NetworkManager's.\n\
+         [keyfile]\n\
+         unmanaged-devices=interface-name:{bridge};interface-name:vxlan0;interface-name:tun0;\
+         interface-name:ovs-system;interface-name:vxlan_sys_*;interface-name:veth*\n"
+    )
+}
+
+/// Write `NM_CONF` into `dir` if the directory exists (NetworkManager is installed) and the
+/// file differs; returns the change made, if any.
+pub fn ensure_nm_conf(dir: &std::path::Path, bridge: &str) -> Result<Option<String>, SetupError> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let path = dir.join(NM_CONF);
+    let want = nm_conf(bridge);
+    if std::fs::read_to_string(&path).is_ok_and(|have| have == want) {
+        return Ok(None);
+    }
+    std::fs::write(&path, want).map_err(|source| SetupError::File {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(Some(format!(
+        "NetworkManager: {} (devices unmanaged)",
+        path.display()
+    )))
 }
 
 /// br0 as read from OVSDB.
@@ -369,7 +416,44 @@ pub async fn ensure_node(
     if nft::ensure(&s.cluster_networks).await? {
         changes.push(format!("nftables table {}", nft::TABLE));
     }
+    if let Some(dir) = &spec.nm_conf_dir {
+        changes.extend(ensure_nm_conf(dir, &spec.bridge)?);
+    }
     Ok(changes)
+}
+
+/// `flowmesh-shim --uninstall`: remove what the shim set up on the node — br0 with its ports
+/// (vxlan0, tun0 and its routes, pod ports), the nftables tables, the NetworkManager file.
+/// Returns what was removed.
+pub async fn uninstall(
+    vsctl: &Vsctl,
+    bridge: &str,
+    nm_conf_dir: Option<&std::path::Path>,
+) -> Result<Vec<String>, SetupError> {
+    let mut removed = Vec::new();
+    if observe_ovs(vsctl, bridge).await?.bridge.is_some() {
+        vsctl.run(&["--if-exists", "del-br", bridge]).await?;
+        removed.push(format!("bridge {bridge}"));
+    }
+    for table in [nft::TABLE, crate::egress::TABLE] {
+        if nft::delete_table(table).await? {
+            removed.push(format!("nftables table {table}"));
+        }
+    }
+    if let Some(dir) = nm_conf_dir {
+        let path = dir.join(NM_CONF);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(format!("NetworkManager: {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(SetupError::File {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// tun0: gateway address, up, no connected route for the subnet (when a cluster network
@@ -467,6 +551,7 @@ mod tests {
             dpid: 1,
             controller: Some("tcp:172.31.1.254:6653".into()),
             node_ip: Ipv4Addr::new(172, 31, 1, 1),
+            nm_conf_dir: None,
         }
     }
 

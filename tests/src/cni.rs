@@ -143,8 +143,18 @@ fn shim_args(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Vec<String> {
             f(format!("node-node{node}-key.pem")),
         ]);
     }
+    // NetworkManager's configuration stays the lab's: the shim writes its file into the run
+    // directory, never into this machine's /etc.
+    let nm = lab.run_dir().join(format!("node{node}-networkmanager"));
+    let _ = std::fs::create_dir_all(&nm);
+    a.extend(["--networkmanager-conf-dir".into(), nm.display().to_string()]);
     a.extend(o.extra.iter().cloned());
     a
+}
+
+/// The NetworkManager `conf.d` directory node `node`'s shim was given (see `shim_args`).
+pub fn networkmanager_dir(lab: &NetnsLab, node: usize) -> PathBuf {
+    lab.run_dir().join(format!("node{node}-networkmanager"))
 }
 
 fn ovs_env(lab: &NetnsLab, node: usize) -> Result<Vec<(String, String)>> {
@@ -202,12 +212,28 @@ pub fn start_shim(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Result<NodeSh
 
 /// Runs `flowmesh-shim --setup-only` in node `node` and returns the changes it reports.
 pub fn shim_setup_once(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Result<Vec<String>> {
+    shim_once(lab, node, o, "--setup-only", "changes")
+}
+
+/// Runs `flowmesh-shim --uninstall` in node `node` and returns what it reports removed.
+pub fn shim_uninstall(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Result<Vec<String>> {
+    shim_once(lab, node, o, "--uninstall", "removed")
+}
+
+/// Runs the shim once with `flag` and returns the strings of `key` in its JSON answer.
+fn shim_once(
+    lab: &NetnsLab,
+    node: usize,
+    o: &ShimOptions,
+    flag: &str,
+    key: &str,
+) -> Result<Vec<String>> {
     let bins = shim_bins()?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", lab.node(node)?.ns()])
         .arg(&bins.shim)
         .args(shim_args(lab, node, o))
-        .arg("--setup-only")
+        .arg(flag)
         .envs(ovs_env(lab, node)?)
         .envs(o.env.iter().cloned())
         .stdin(Stdio::null());
@@ -225,10 +251,10 @@ pub fn shim_setup_once(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Result<V
         });
     }
     let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| HarnessError::Parse {
-        what: "flowmesh-shim --setup-only".into(),
+        what: format!("flowmesh-shim {flag}"),
         detail: format!("{e}: {stdout}"),
     })?;
-    Ok(v.get("changes")
+    Ok(v.get(key)
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()

@@ -65,6 +65,20 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
     );
     assert!(first.iter().any(|c| c == "create bridge br0"), "{first:?}");
     assert!(first.iter().any(|c| c.starts_with("nftables")), "{first:?}");
+    // NetworkManager is told to leave the node's devices alone (the lab's conf.d).
+    let nm = flowmesh_tests::cni::networkmanager_dir(&lab, 1).join("flowmesh.conf");
+    assert!(
+        first.iter().any(|c| c.starts_with("NetworkManager")),
+        "{first:?}"
+    );
+    let conf = std::fs::read_to_string(&nm).expect("NetworkManager file");
+    assert!(
+        conf.contains("[keyfile]")
+            && conf.contains(
+                "unmanaged-devices=interface-name:br0;interface-name:vxlan0;interface-name:tun0;"
+            ),
+        "{conf}"
+    );
     let before = snapshot(&lab);
 
     let t0 = Instant::now();
@@ -151,4 +165,27 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
         "{third:?}"
     );
     assert_eq!(snapshot(&lab), before, "repair did not restore the node");
+
+    // --uninstall removes what the shim set up, and a second one finds nothing left.
+    let removed = flowmesh_tests::cni::shim_uninstall(&lab, 1, &opts).expect("uninstall");
+    println!("uninstall: {removed:?}");
+    assert_eq!(
+        removed,
+        [
+            "bridge br0".to_string(),
+            "nftables table ip flowmesh".into(),
+            format!("NetworkManager: {}", nm.display()),
+        ],
+        "{removed:?}"
+    );
+    assert!(
+        node.ovs().vsctl(["br-exists", "br0"]).is_err(),
+        "br0 is still there"
+    );
+    assert!(lab
+        .run_in(node.ns(), "nft", &["list", "table", "ip", "flowmesh"])
+        .is_err());
+    assert!(!nm.exists());
+    let again = flowmesh_tests::cni::shim_uninstall(&lab, 1, &opts).expect("uninstall again");
+    assert!(again.is_empty(), "{again:?}");
 }
