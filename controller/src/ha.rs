@@ -768,6 +768,41 @@ mod tests {
     }
 
     #[test]
+    fn a_standby_without_a_generation_requests_no_role() {
+        let s = Standing::Standby {
+            generation: 0,
+            leader: None,
+        };
+        assert_eq!(s.role(), None);
+        let s = Standing::Standby {
+            generation: 9,
+            leader: Some("c1".into()),
+        };
+        assert_eq!(s.role(), Some((ofproto::message::Role::Slave, 9)));
+    }
+
+    #[test]
+    fn a_renewal_after_a_lapse_wakes_the_followers() {
+        let l = Leadership::standby();
+        let mut rx = l.subscribe();
+        l.set(
+            Standing::Leader { generation: 3 },
+            Some(Instant::now() + Duration::from_secs(5)),
+        );
+        assert!(rx.has_changed().unwrap_or(false));
+        rx.borrow_and_update();
+        // A renewal while the lease is held: no wake-up (followers would re-read switches).
+        l.extend(Instant::now() + Duration::from_secs(6));
+        assert!(!rx.has_changed().unwrap_or(true));
+        // Lapsed, then renewed: followers are woken to program again.
+        l.extend(Instant::now() - Duration::from_millis(1));
+        assert!(!l.may_program());
+        l.extend(Instant::now() + Duration::from_secs(5));
+        assert!(rx.has_changed().unwrap_or(false));
+        assert!(l.may_program());
+    }
+
+    #[test]
     fn switch_roles_count_changes() {
         let l = Leadership::alone();
         l.set_switch_role("node1", "master");
