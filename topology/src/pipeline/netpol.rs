@@ -128,9 +128,9 @@ impl Clause {
 #[derive(Debug)]
 struct ConjSpec {
     /// Stable, node-independent name (hashed into the conjunction's id).
-    name: String,
-    /// The target dimension: the selected pods on this node.
-    targets: BTreeSet<Clause>,
+    name: Arc<str>,
+    /// The target dimension: the selected pods on this node (sorted, unique).
+    targets: Box<[Clause]>,
     /// The other dimensions (peers, then ports).
     others: Vec<Arc<BTreeSet<Clause>>>,
 }
@@ -306,6 +306,9 @@ impl Resolver<'_, '_> {
                         let by_netid = whole_ns && dir == Direction::Ingress && netid != 0;
                         if by_netid {
                             out.netids.insert(netid);
+                            if !keep_pods {
+                                continue; // the NETID stands for every pod of the namespace
+                            }
                         }
                         for pod in self.model.pods_in(ns) {
                             if psel.matches(&pod.labels) {
@@ -380,8 +383,12 @@ fn named_port_clauses(
     s
 }
 
-fn net_clauses(f: Field, pods: &[&PodInfo]) -> BTreeSet<Clause> {
-    pods.iter().map(|p| Clause::Net(f, p.ip, 32)).collect()
+/// The target dimension of `pods`: one exact address each, sorted and unique.
+fn net_clauses(f: Field, pods: &[&PodInfo]) -> Box<[Clause]> {
+    let mut v: Vec<Clause> = pods.iter().map(|p| Clause::Net(f, p.ip, 32)).collect();
+    v.sort_unstable();
+    v.dedup();
+    v.into_boxed_slice()
 }
 
 /// A set of port clauses as text, for names (`tcp:8080,udp:53`).
@@ -417,12 +424,17 @@ fn rule_conjs(
     if !peers.any && peers.dim.is_empty() {
         return; // the peers select nothing (yet)
     }
-    let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
+    let names = entry.names.entry((dir, idx)).or_insert_with(|| {
+        let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
+        let numeric = Arc::from(format!("{base}/n"));
+        (Arc::from(base), numeric)
+    });
+    let (base, numeric_name) = (names.0.clone(), names.1.clone());
     let has_named = rule.has_named_ports();
     let targets = net_clauses(dir.target_field(), selected);
     let peer_opt = || (!peers.any).then(|| peers.dim.clone());
-    let mut push = |name: String,
-                    targets: BTreeSet<Clause>,
+    let mut push = |name: Arc<str>,
+                    targets: Box<[Clause]>,
                     peer: Option<Arc<BTreeSet<Clause>>>,
                     ports: Option<Arc<BTreeSet<Clause>>>| {
         out.push(ConjSpec {
@@ -442,12 +454,7 @@ fn rule_conjs(
             .entry((dir, idx))
             .or_insert_with(|| Arc::new(numeric))
             .clone();
-        push(
-            format!("{base}/n"),
-            targets.clone(),
-            peer_opt(),
-            Some(ports),
-        );
+        push(numeric_name, targets.clone(), peer_opt(), Some(ports));
     }
     if !has_named {
         return;
@@ -465,7 +472,7 @@ fn rule_conjs(
             for (ports, pods) in groups {
                 let t = net_clauses(dir.target_field(), &pods);
                 let name = format!("{base}/p/{}", ports_name(&ports));
-                push(name, t, peer_opt(), Some(Arc::new(ports)));
+                push(Arc::from(name), t, peer_opt(), Some(Arc::new(ports)));
             }
         }
         Direction::Egress => {
@@ -531,7 +538,7 @@ fn egress_named_variants(
                 .map(|(a, l)| Clause::Net(Direction::Egress.peer_field(), a, l))
                 .collect();
             (
-                format!("{base}/p/{}", ports_name(&ports)),
+                Arc::from(format!("{base}/p/{}", ports_name(&ports))),
                 Arc::new(pd),
                 Arc::new(ports),
             )
@@ -540,7 +547,7 @@ fn egress_named_variants(
 }
 
 /// A named-port conjunction of an egress rule: name, peer dimension, port dimension.
-type NamedVariant = (String, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
+type NamedVariant = (Arc<str>, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
 
 /// One node's policy flows, sorted (no cache).
 pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, PipelineError> {
@@ -609,6 +616,9 @@ impl SharedConj {
     }
 }
 
+/// A rule's conjunction names: its base name and its numeric-ports variant (`{base}/n`).
+type RuleNames = (Arc<str>, Arc<str>);
+
 /// What the cache derived from one policy, valid while its stamp is unchanged.
 #[derive(Debug, Default)]
 struct PolicyEntry {
@@ -622,7 +632,9 @@ struct PolicyEntry {
     /// Egress named-port conjunctions per rule.
     named: HashMap<usize, Arc<Vec<NamedVariant>>>,
     /// Shared conjunctions by name.
-    conjs: HashMap<String, Arc<SharedConj>, FastHash>,
+    conjs: HashMap<Arc<str>, Arc<SharedConj>, FastHash>,
+    /// Conjunction names per rule: the rule's base name and its numeric-ports variant.
+    names: HashMap<(Direction, usize), RuleNames, FastHash>,
 }
 
 /// Conjunction ids: a hash of the conjunction's name, probed to the next free value on a
@@ -649,9 +661,9 @@ impl ConjIds {
     }
 
     /// Release the ids of one policy's conjunctions.
-    fn release(&mut self, names: impl Iterator<Item = String>) {
+    fn release(&mut self, names: impl Iterator<Item = Arc<str>>) {
         for n in names {
-            if let Some(id) = self.by_name.remove(&n) {
+            if let Some(id) = self.by_name.remove(&*n) {
                 self.taken.remove(&id);
             }
         }
@@ -667,9 +679,9 @@ struct NodeEntry {
     groups: HashMap<String, NsGroup>,
 }
 
-/// A conjunction a node uses: its shared part (None for plain allow flows), its spec on this
-/// node, direction and cookie.
-type Used = (Option<Arc<SharedConj>>, ConjSpec, Direction, u64);
+/// A conjunction a node uses: its shared part (None for plain allow flows), its target
+/// clauses on this node (sorted, unique), direction and cookie.
+type Used = (Option<Arc<SharedConj>>, Box<[Clause]>, Direction, u64);
 
 /// What the policies of one namespace contribute to one node: the conjunctions its pods there
 /// use, and the pods they isolate (address and drop-flow cookie) per direction.
@@ -838,7 +850,7 @@ impl PolicyCache {
                 }
                 for spec in specs {
                     if spec.others.is_empty() {
-                        used.push((None, spec, dir, pc));
+                        used.push((None, spec.targets, dir, pc));
                         continue;
                     }
                     let shared = match entry.conjs.get(&spec.name) {
@@ -850,7 +862,7 @@ impl PolicyCache {
                             c
                         }
                     };
-                    used.push((Some(shared), spec, dir, pc));
+                    used.push((Some(shared), spec.targets, dir, pc));
                 }
             }
         }
@@ -918,15 +930,15 @@ fn assemble<'g>(
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
     let mut direct: BTreeMap<ClauseKey, (Direction, u64)> = BTreeMap::new();
     let mut parts: Vec<Part> = Vec::new();
-    for (shared, spec, dir, pc) in used {
+    for (shared, targets, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else {
-            for cl in &spec.targets {
+            for cl in targets.iter() {
                 direct.entry((table, *cl)).or_insert((*dir, *pc));
             }
             continue;
         };
-        for cl in &spec.targets {
+        for cl in targets.iter() {
             let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
             e.0.push((c.id, 0, c.n));
             e.1 = e.1.min(*pc);
