@@ -179,15 +179,21 @@ impl FlowBuilder {
                 });
             }
         }
-        let mut instructions = Vec::with_capacity(2);
+        // Flows are held by the million: no spare capacity in what they keep.
+        let mut instructions = Vec::with_capacity(
+            usize::from(!self.actions.is_empty()) + usize::from(self.goto.is_some()),
+        );
         if !self.actions.is_empty() {
-            instructions.push(Instruction::ApplyActions(self.actions));
+            let mut actions = self.actions;
+            actions.shrink_to_fit();
+            instructions.push(Instruction::ApplyActions(actions));
         }
         if let Some(g) = self.goto {
             instructions.push(Instruction::GotoTable(g.number()));
         }
         let mut matches = self.matches;
         matches.fields.sort();
+        matches.fields.shrink_to_fit();
         Ok(Flow {
             table: table.number(),
             priority: self.priority,
