@@ -179,15 +179,19 @@ impl FlowBuilder {
                 });
             }
         }
-        let mut instructions = Vec::with_capacity(2);
+        // Flows are held by the million: no spare capacity in what they keep.
+        let mut instructions = Vec::with_capacity(
+            usize::from(!self.actions.is_empty()) + usize::from(self.goto.is_some()),
+        );
         if !self.actions.is_empty() {
-            instructions.push(Instruction::ApplyActions(self.actions));
+            instructions.push(Instruction::ApplyActions(exact(self.actions)));
         }
         if let Some(g) = self.goto {
             instructions.push(Instruction::GotoTable(g.number()));
         }
         let mut matches = self.matches;
         matches.fields.sort();
+        matches.fields = exact(matches.fields);
         Ok(Flow {
             table: table.number(),
             priority: self.priority,
@@ -199,6 +203,17 @@ impl FlowBuilder {
             instructions,
         })
     }
+}
+
+/// `v` in an allocation of exactly its length: a fresh one (the larger one is freed whole, so
+/// the next builder's growth reuses it) rather than a shrink in place (which leaves fragments).
+fn exact<T>(v: Vec<T>) -> Vec<T> {
+    if v.capacity() == v.len() {
+        return v;
+    }
+    let mut out = Vec::with_capacity(v.len());
+    out.extend(v);
+    out
 }
 
 fn check_prerequisites(table: TableId, m: &Match, seen: &[Field]) -> Result<(), PipelineError> {

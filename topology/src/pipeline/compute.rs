@@ -53,6 +53,8 @@ struct NodeCache {
 pub struct Pipeline {
     mesh: Option<Mesh>,
     nodes: HashMap<String, NodeCache>,
+    /// The model's node epoch when the caches of deleted nodes were last dropped.
+    pruned_epoch: Option<u64>,
     policies: PolicyCache,
     firewall: super::egress_firewall::FirewallCache,
 }
@@ -70,7 +72,12 @@ impl Pipeline {
         model: &ClusterModel,
         affected: &crate::model::Affected,
     ) -> Result<BTreeMap<String, FlowSet>, PipelineError> {
-        self.nodes.retain(|n, _| model.node(n).is_some());
+        // Only a change of the node set can leave caches of deleted nodes behind (and a stale
+        // cache is only memory: every use checks its inputs).
+        if self.pruned_epoch != Some(model.node_epoch()) {
+            self.nodes.retain(|n, _| model.node(n).is_some());
+            self.pruned_epoch = Some(model.node_epoch());
+        }
         let names: Vec<String> = if affected.all_nodes {
             model.nodes().map(|n| n.name.clone()).collect()
         } else {

@@ -229,6 +229,7 @@ impl FlowSet {
             .collect::<Vec<_>>()
             .windows(2)
             .all(|w| key_cmp(w[0], w[1]) == Ordering::Less));
+        runs.shrink_to_fit();
         FlowSet {
             runs,
             groups: Arc::from([]),
@@ -323,6 +324,7 @@ impl FlowSet {
                 }
             }
         }
+        runs.shrink_to_fit(); // kept for as long as the switch's flows are
         FlowSet {
             runs,
             groups: Arc::from(groups),

@@ -128,9 +128,9 @@ impl Clause {
 #[derive(Debug)]
 struct ConjSpec {
     /// Stable, node-independent name (hashed into the conjunction's id).
-    name: String,
-    /// The target dimension: the selected pods on this node.
-    targets: BTreeSet<Clause>,
+    name: Arc<str>,
+    /// The target dimension: the selected pods on this node (sorted, unique).
+    targets: Box<[Clause]>,
     /// The other dimensions (peers, then ports).
     others: Vec<Arc<BTreeSet<Clause>>>,
 }
@@ -306,6 +306,9 @@ impl Resolver<'_, '_> {
                         let by_netid = whole_ns && dir == Direction::Ingress && netid != 0;
                         if by_netid {
                             out.netids.insert(netid);
+                            if !keep_pods {
+                                continue; // the NETID stands for every pod of the namespace
+                            }
                         }
                         for pod in self.model.pods_in(ns) {
                             if psel.matches(&pod.labels) {
@@ -380,8 +383,12 @@ fn named_port_clauses(
     s
 }
 
-fn net_clauses(f: Field, pods: &[&PodInfo]) -> BTreeSet<Clause> {
-    pods.iter().map(|p| Clause::Net(f, p.ip, 32)).collect()
+/// The target dimension of `pods`: one exact address each, sorted and unique.
+fn net_clauses(f: Field, pods: &[&PodInfo]) -> Box<[Clause]> {
+    let mut v: Vec<Clause> = pods.iter().map(|p| Clause::Net(f, p.ip, 32)).collect();
+    v.sort_unstable();
+    v.dedup();
+    v.into_boxed_slice()
 }
 
 /// A set of port clauses as text, for names (`tcp:8080,udp:53`).
@@ -417,12 +424,17 @@ fn rule_conjs(
     if !peers.any && peers.dim.is_empty() {
         return; // the peers select nothing (yet)
     }
-    let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
+    let names = entry.names.entry((dir, idx)).or_insert_with(|| {
+        let base = format!("{}/{}/{}/{idx}", p.namespace, p.name, dir.as_str());
+        let numeric = Arc::from(format!("{base}/n"));
+        (Arc::from(base), numeric)
+    });
+    let (base, numeric_name) = (names.0.clone(), names.1.clone());
     let has_named = rule.has_named_ports();
     let targets = net_clauses(dir.target_field(), selected);
     let peer_opt = || (!peers.any).then(|| peers.dim.clone());
-    let mut push = |name: String,
-                    targets: BTreeSet<Clause>,
+    let mut push = |name: Arc<str>,
+                    targets: Box<[Clause]>,
                     peer: Option<Arc<BTreeSet<Clause>>>,
                     ports: Option<Arc<BTreeSet<Clause>>>| {
         out.push(ConjSpec {
@@ -442,12 +454,7 @@ fn rule_conjs(
             .entry((dir, idx))
             .or_insert_with(|| Arc::new(numeric))
             .clone();
-        push(
-            format!("{base}/n"),
-            targets.clone(),
-            peer_opt(),
-            Some(ports),
-        );
+        push(numeric_name, targets.clone(), peer_opt(), Some(ports));
     }
     if !has_named {
         return;
@@ -465,7 +472,7 @@ fn rule_conjs(
             for (ports, pods) in groups {
                 let t = net_clauses(dir.target_field(), &pods);
                 let name = format!("{base}/p/{}", ports_name(&ports));
-                push(name, t, peer_opt(), Some(Arc::new(ports)));
+                push(Arc::from(name), t, peer_opt(), Some(Arc::new(ports)));
             }
         }
         Direction::Egress => {
@@ -531,7 +538,7 @@ fn egress_named_variants(
                 .map(|(a, l)| Clause::Net(Direction::Egress.peer_field(), a, l))
                 .collect();
             (
-                format!("{base}/p/{}", ports_name(&ports)),
+                Arc::from(format!("{base}/p/{}", ports_name(&ports))),
                 Arc::new(pd),
                 Arc::new(ports),
             )
@@ -540,7 +547,7 @@ fn egress_named_variants(
 }
 
 /// A named-port conjunction of an egress rule: name, peer dimension, port dimension.
-type NamedVariant = (String, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
+type NamedVariant = (Arc<str>, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
 
 /// One node's policy flows, sorted (no cache).
 pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, PipelineError> {
@@ -609,6 +616,9 @@ impl SharedConj {
     }
 }
 
+/// A rule's conjunction names: its base name and its numeric-ports variant (`{base}/n`).
+type RuleNames = (Arc<str>, Arc<str>);
+
 /// What the cache derived from one policy, valid while its stamp is unchanged.
 #[derive(Debug, Default)]
 struct PolicyEntry {
@@ -622,7 +632,9 @@ struct PolicyEntry {
     /// Egress named-port conjunctions per rule.
     named: HashMap<usize, Arc<Vec<NamedVariant>>>,
     /// Shared conjunctions by name.
-    conjs: HashMap<String, Arc<SharedConj>, FastHash>,
+    conjs: HashMap<Arc<str>, Arc<SharedConj>, FastHash>,
+    /// Conjunction names per rule: the rule's base name and its numeric-ports variant.
+    names: HashMap<(Direction, usize), RuleNames, FastHash>,
 }
 
 /// Conjunction ids: a hash of the conjunction's name, probed to the next free value on a
@@ -649,9 +661,9 @@ impl ConjIds {
     }
 
     /// Release the ids of one policy's conjunctions.
-    fn release(&mut self, names: impl Iterator<Item = String>) {
+    fn release(&mut self, names: impl Iterator<Item = Arc<str>>) {
         for n in names {
-            if let Some(id) = self.by_name.remove(&n) {
+            if let Some(id) = self.by_name.remove(&*n) {
                 self.taken.remove(&id);
             }
         }
@@ -667,17 +679,19 @@ struct NodeEntry {
     groups: HashMap<String, NsGroup>,
 }
 
-/// A conjunction a node uses: its shared part (None for plain allow flows), its spec on this
-/// node, direction and cookie.
-type Used = (Option<Arc<SharedConj>>, ConjSpec, Direction, u64);
+/// A conjunction a node uses: its shared part (None for plain allow flows), its target
+/// clauses on this node (sorted, unique), direction and cookie.
+type Used = (Option<Arc<SharedConj>>, Box<[Clause]>, Direction, u64);
 
 /// What the policies of one namespace contribute to one node: the conjunctions its pods there
-/// use, and the pods they isolate (address and drop-flow cookie) per direction.
+/// use, and the flows that name only those pods (sorted): target clause flows, direct allows
+/// and isolation drops. A pod's address is its own, so no other namespace's flows share these
+/// keys, and a node re-derives them only for the namespaces a change touches.
 #[derive(Debug, Clone)]
 struct NsGroup {
     signature: u64,
     used: Arc<Vec<Used>>,
-    isolated: Arc<[Vec<(Ipv4Addr, u64)>; 2]>,
+    own: SharedRun,
 }
 
 /// Caches what policies derive to: per policy (invalidated by its stamp) the resolved peers
@@ -692,6 +706,8 @@ pub struct PolicyCache {
     policies: HashMap<String, HashMap<String, PolicyEntry>>,
     ids: ConjIds,
     nodes: HashMap<String, NodeEntry>,
+    /// Number of policy entries (all namespaces).
+    entries: usize,
 }
 
 impl PolicyCache {
@@ -710,7 +726,7 @@ impl PolicyCache {
             self.nodes.clear();
             return Ok(FlowSet::default());
         }
-        if self.policies.values().map(HashMap::len).sum::<usize>() > model.policy_count() {
+        if self.entries > model.policy_count() {
             self.prune(model);
         }
         let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
@@ -722,8 +738,8 @@ impl PolicyCache {
             .map(|(ns, pods)| ns_signature(model, ns, pods))
             .collect();
         let signature = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let mut h = FastHash::default().build_hasher();
             (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
             (local.keys().collect::<Vec<_>>(), &ns_sigs).hash(&mut h);
             h.finish()
@@ -774,6 +790,7 @@ impl PolicyCache {
                 .collect();
             for n in gone {
                 if let Some(e) = by_name.remove(&n) {
+                    self.entries = self.entries.saturating_sub(1);
                     self.ids.release(e.conjs.into_keys());
                 }
             }
@@ -813,7 +830,10 @@ impl PolicyCache {
             };
             let entry = match by_name.get_mut(p.name.as_str()) {
                 Some(e) => e,
-                None => by_name.entry(p.name.clone()).or_default(),
+                None => {
+                    self.entries += 1;
+                    by_name.entry(p.name.clone()).or_default()
+                }
             };
             if entry.stamp != stamp || entry.cookie == 0 {
                 let old = std::mem::take(entry);
@@ -838,7 +858,7 @@ impl PolicyCache {
                 }
                 for spec in specs {
                     if spec.others.is_empty() {
-                        used.push((None, spec, dir, pc));
+                        used.push((None, spec.targets, dir, pc));
                         continue;
                     }
                     let shared = match entry.conjs.get(&spec.name) {
@@ -850,7 +870,7 @@ impl PolicyCache {
                             c
                         }
                     };
-                    used.push((Some(shared), spec, dir, pc));
+                    used.push((Some(shared), spec.targets, dir, pc));
                 }
             }
         }
@@ -866,10 +886,11 @@ impl PolicyCache {
                 })
                 .collect()
         });
+        let own = target_flows(&used, &isolated)?;
         Ok(NsGroup {
             signature,
             used: Arc::new(used),
-            isolated: Arc::new(isolated),
+            own,
         })
     }
 }
@@ -878,8 +899,8 @@ impl PolicyCache {
 /// policies' stamps cover: its pods there (name, address, labels, named ports) and the stamps
 /// of its policies.
 fn ns_signature(model: &ClusterModel, ns: &str, pods: &[&PodInfo]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = FastHash::default().build_hasher();
     (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
     for (p, stamp) in model.policies_in_stamped(ns) {
         (&p.name, stamp).hash(&mut h);
@@ -890,19 +911,96 @@ fn ns_signature(model: &ClusterModel, ns: &str, pods: &[&PodInfo]) -> u64 {
     h.finish()
 }
 
-/// One node's policy flows from the conjunctions it uses: its own run (target clauses, clause
-/// flows several of its conjunctions share, direct allows, isolation drops) merged with each
-/// shared conjunction's run, less the entries the node's own run holds merged.
+/// The flows of one namespace's conjunctions on a node that name its pods, sorted: per target
+/// clause one flow with the `conjunction` actions of every conjunction using it, the direct
+/// allows of one-dimension rules, and the isolation drops (`isolated`: address and cookie per
+/// direction).
+fn target_flows(
+    used: &[Used],
+    isolated: &[Vec<(Ipv4Addr, u64)>; 2],
+) -> Result<SharedRun, PipelineError> {
+    type ClauseKey = (TableId, Clause);
+    let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
+    let mut direct: BTreeMap<ClauseKey, (Direction, u64)> = BTreeMap::new();
+    for (shared, targets, dir, pc) in used {
+        let table = dir.table();
+        let Some(c) = shared else {
+            for cl in targets.iter() {
+                direct.entry((table, *cl)).or_insert((*dir, *pc));
+            }
+            continue;
+        };
+        for cl in targets.iter() {
+            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
+            e.0.push((c.id, 0, c.n));
+            e.1 = e.1.min(*pc);
+        }
+    }
+    let mut flows: Vec<Flow> =
+        Vec::with_capacity(merged.len() + direct.len() + isolated[0].len() + isolated[1].len());
+    clause_flows(merged, &mut flows)?;
+    for ((table, cl), (dir, ck)) in direct {
+        flows.push(
+            allow(
+                FlowBuilder::new(table, Band::PolicyDirect, ck).matching(cl.to_match()),
+                dir,
+            )
+            .build()?,
+        );
+    }
+    for (di, dir) in [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .enumerate()
+    {
+        for (ip, ck) in &isolated[di] {
+            let m = Clause::Net(dir.target_field(), *ip, 32).to_match();
+            flows.push(
+                FlowBuilder::new(dir.table(), Band::PolicyIsolate, *ck)
+                    .matching(m)
+                    .build()?,
+            );
+        }
+    }
+    flows.sort_unstable_by(key_cmp);
+    flows.dedup_by(|a, b| key_cmp(a, b) == std::cmp::Ordering::Equal);
+    Ok(Arc::from(flows))
+}
+
+/// (id, clause, n_clauses) of every conjunction a clause flow serves, and its cookie.
+type ClauseUse = (Vec<(u32, u8, u8)>, u64);
+
+/// One clause flow per entry, with the `conjunction` actions of every conjunction using it.
+fn clause_flows(
+    merged: BTreeMap<(TableId, Clause), ClauseUse>,
+    flows: &mut Vec<Flow>,
+) -> Result<(), PipelineError> {
+    for ((table, cl), (mut acts, ck)) in merged {
+        acts.sort_unstable();
+        acts.dedup();
+        flows.push(
+            FlowBuilder::new(table, Band::PolicyConjunction, ck)
+                .matching(cl.to_match())
+                .actions(
+                    acts.into_iter()
+                        .map(|(id, clause, n_clauses)| Action::Conjunction {
+                            id,
+                            clause,
+                            n_clauses,
+                        }),
+                )
+                .build()?,
+        );
+    }
+    Ok(())
+}
+
+/// One node's policy flows from the conjunctions it uses: each namespace's own run (see
+/// [`target_flows`]), the peer and port clause flows several of its conjunctions share
+/// (merged here, across namespaces), and each shared conjunction's run less those entries.
 fn assemble<'g>(
     groups: impl Iterator<Item = &'g NsGroup> + Clone,
 ) -> Result<FlowSet, PipelineError> {
     let used = groups.clone().flat_map(|g| g.used.iter());
-    let mut isolated: [BTreeMap<Ipv4Addr, u64>; 2] = Default::default();
-    for g in groups {
-        for (di, v) in g.isolated.iter().enumerate() {
-            isolated[di].extend(v.iter().copied());
-        }
-    }
     type ClauseKey = (TableId, Clause);
     // How many conjunctions on this node use each non-target clause.
     let mut count: HashMap<ClauseKey, u32, FastHash> = HashMap::default();
@@ -913,24 +1011,11 @@ fn assemble<'g>(
             }
         }
     }
-    // (id, clause, n_clauses) of every conjunction a clause flow serves, and its cookie.
-    type ClauseUse = (Vec<(u32, u8, u8)>, u64);
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
-    let mut direct: BTreeMap<ClauseKey, (Direction, u64)> = BTreeMap::new();
     let mut parts: Vec<Part> = Vec::new();
-    for (shared, spec, dir, pc) in used {
+    for (shared, _, dir, pc) in used {
         let table = dir.table();
-        let Some(c) = shared else {
-            for cl in &spec.targets {
-                direct.entry((table, *cl)).or_insert((*dir, *pc));
-            }
-            continue;
-        };
-        for cl in &spec.targets {
-            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
-            e.0.push((c.id, 0, c.n));
-            e.1 = e.1.min(*pc);
-        }
+        let Some(c) = shared else { continue };
         // The shared run, less the clauses another conjunction here uses too.
         let mut ranges: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
         let mut start = 0;
@@ -950,113 +1035,91 @@ fn assemble<'g>(
         if start < c.run.len() {
             ranges.push((c.run.clone(), start..c.run.len()));
         }
-        parts.push((c.clone(), ranges));
+        parts.push((c.run.clone(), c.keys.as_deref(), ranges));
     }
-    let mut flows: Vec<Flow> = Vec::new();
-    for ((table, cl), (mut acts, ck)) in merged {
-        acts.sort_unstable();
-        acts.dedup();
-        flows.push(
-            FlowBuilder::new(table, Band::PolicyConjunction, ck)
-                .matching(cl.to_match())
-                .actions(
-                    acts.into_iter()
-                        .map(|(id, clause, n_clauses)| Action::Conjunction {
-                            id,
-                            clause,
-                            n_clauses,
-                        }),
-                )
-                .build()?,
-        );
-    }
-    for ((table, cl), (dir, ck)) in direct {
-        flows.push(
-            allow(
-                FlowBuilder::new(table, Band::PolicyDirect, ck).matching(cl.to_match()),
-                dir,
-            )
-            .build()?,
-        );
-    }
-    for (di, dir) in [Direction::Ingress, Direction::Egress]
-        .into_iter()
-        .enumerate()
-    {
-        for (ip, ck) in &isolated[di] {
-            let ck = *ck;
-            let m = Clause::Net(dir.target_field(), *ip, 32).to_match();
-            flows.push(
-                FlowBuilder::new(dir.table(), Band::PolicyIsolate, ck)
-                    .matching(m)
-                    .build()?,
-            );
-        }
-    }
-    flows.sort_unstable_by(key_cmp);
-    flows.dedup_by(|a, b| key_cmp(a, b) == std::cmp::Ordering::Equal);
-    let own: SharedRun = Arc::from(flows);
-    Ok(merge_parts(own, &parts))
+    let mut flows: Vec<Flow> = Vec::with_capacity(merged.len());
+    clause_flows(merged, &mut flows)?;
+    let cross: SharedRun = Arc::from(flows);
+    let mut owns: Vec<SharedRun> = vec![cross];
+    owns.extend(groups.map(|g| g.own.clone()));
+    Ok(merge_parts(&owns, &parts))
 }
 
 /// A fast, fixed-seed hasher for the per-node maps (keys are our own values, not input).
 type FastHash = foldhash::fast::FixedState;
 
-/// A shared conjunction a node uses and the pieces of its run the node takes.
-type Part = (Arc<SharedConj>, Vec<(SharedRun, std::ops::Range<usize>)>);
+/// A shared conjunction's run a node uses, its packed keys (None when one does not pack), and
+/// the pieces of the run the node takes.
+type Part<'a> = (
+    SharedRun,
+    Option<&'a [[u64; 4]]>,
+    Vec<(SharedRun, std::ops::Range<usize>)>,
+);
 
-/// The node's own run merged with the pieces of the shared runs it uses. Every key is unique
-/// (a clause two conjunctions use is in the own run only), so sorting the entries by their
-/// packed keys is the merge; flows whose key does not pack go through [`FlowSet::merge`].
-fn merge_parts(own: SharedRun, parts: &[Part]) -> FlowSet {
-    let own_keys: Option<Vec<[u64; 4]>> = own.iter().map(packed_key).collect();
-    let packed = own_keys.as_ref().and_then(|ok| {
+/// The node's own runs (whole) merged with the pieces of the shared runs it uses. Every key is
+/// unique (a clause two conjunctions use is in an own run only), so sorting the entries by
+/// their packed keys is the merge; flows whose key does not pack go through
+/// [`FlowSet::merge`].
+fn merge_parts(owns: &[SharedRun], parts: &[Part<'_>]) -> FlowSet {
+    let packed = (|| {
+        let own_total: usize = owns.iter().map(|r| r.len()).sum();
         let total: usize = parts
             .iter()
-            .flat_map(|(_, r)| r.iter().map(|(_, r)| r.len()))
+            .flat_map(|(_, _, r)| r.iter().map(|(_, r)| r.len()))
             .sum();
-        let mut entries: Vec<([u64; 4], u32, u32)> = Vec::with_capacity(ok.len() + total);
-        entries.extend(ok.iter().enumerate().map(|(i, k)| (*k, 0, i as u32)));
-        for (p, (c, ranges)) in parts.iter().enumerate() {
-            let keys = c.keys.as_ref()?;
+        let mut entries: Vec<([u64; 4], u32, u32)> = Vec::with_capacity(own_total + total);
+        for (o, run) in owns.iter().enumerate() {
+            for (i, f) in run.iter().enumerate() {
+                entries.push((packed_key(f)?, o as u32, i as u32));
+            }
+        }
+        let base = owns.len() as u32;
+        for (p, (_, keys, ranges)) in parts.iter().enumerate() {
+            let keys = (*keys)?;
             for (_, r) in ranges {
                 for i in r.clone() {
-                    entries.push((*keys.get(i)?, p as u32 + 1, i as u32));
+                    entries.push((*keys.get(i)?, base + p as u32, i as u32));
                 }
             }
         }
         entries.sort_unstable_by_key(|e| e.0);
         Some(entries)
-    });
+    })();
     let Some(entries) = packed else {
-        let n = own.len();
-        let mut sets = vec![FlowSet::from_chain(vec![(own, 0..n)])];
-        sets.extend(parts.iter().map(|(_, r)| FlowSet::from_chain(r.clone())));
+        let mut sets: Vec<FlowSet> = owns
+            .iter()
+            .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]))
+            .collect();
+        sets.extend(parts.iter().map(|(_, _, r)| FlowSet::from_chain(r.clone())));
         return FlowSet::merge(sets, Vec::new());
     };
-    let run_of = |p: u32| -> &SharedRun {
-        match p {
-            0 => &own,
-            p => &parts[p as usize - 1].0.run,
+    let run_of = |p: u32| -> Option<&SharedRun> {
+        let p = p as usize;
+        match p.checked_sub(owns.len()) {
+            None => owns.get(p),
+            Some(q) => parts.get(q).map(|(run, _, _)| run),
         }
     };
     let mut pieces: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
     let mut cur: Option<(u32, usize, usize)> = None;
+    let mut flush = |cur: Option<(u32, usize, usize)>| {
+        if let Some((cp, a, b)) = cur {
+            if let Some(run) = run_of(cp) {
+                pieces.push((run.clone(), a..b));
+            }
+        }
+    };
     for (_, p, i) in entries {
         let i = i as usize;
         match &mut cur {
             Some((cp, _, end)) if *cp == p && *end == i => *end = i + 1,
             _ => {
-                if let Some((cp, a, b)) = cur.take() {
-                    pieces.push((run_of(cp).clone(), a..b));
-                }
+                flush(cur.take());
                 cur = Some((p, i, i + 1));
             }
         }
     }
-    if let Some((cp, a, b)) = cur {
-        pieces.push((run_of(cp).clone(), a..b));
-    }
+    flush(cur);
     FlowSet::from_chain(pieces)
 }
 
