@@ -67,16 +67,7 @@ async fn write_ns(admin: &mut AdminClient<Channel>, name: &str) -> Result<(), to
 }
 
 async fn populate(admin: &mut AdminClient<Channel>) {
-    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
-        admin
-            .add_node(pa::AddNodeRequest {
-                name: name.to_string(),
-                node_ip: format!("172.31.0.{}", i + 1),
-                dpid: *dpid,
-            })
-            .await
-            .expect("add node");
-    }
+    support::add_nodes(admin, &NODES).await;
     for ns in ["ns1", "ns2"] {
         write_ns(admin, ns).await.expect("namespace");
     }

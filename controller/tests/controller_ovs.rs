@@ -17,16 +17,7 @@ const NODES: [support::NodeSpec<'static>; 3] = [
 ];
 
 async fn populate(admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>) {
-    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
-        admin
-            .add_node(pa::AddNodeRequest {
-                name: name.to_string(),
-                node_ip: format!("172.31.0.{}", i + 1),
-                dpid: *dpid,
-            })
-            .await
-            .expect("add node");
-    }
+    support::add_nodes(admin, &NODES).await;
     for ns in ["ns1", "ns2", "ns3"] {
         admin
             .create_namespace(pa::NameRequest { name: ns.into() })

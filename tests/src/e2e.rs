@@ -673,6 +673,17 @@ pub fn udp_probe(
     })
 }
 
+/// The lab [`CniCluster`] runs on: 3 nodes, userspace datapath, no tun0 (the shims make
+/// it), tunnel neighbours seeded. Panics when it cannot start.
+pub fn cni_lab() -> NetnsLab {
+    NetnsLab::builder()
+        .nodes(3)
+        .tun0(false)
+        .seed_neighbors(true)
+        .start()
+        .unwrap_or_else(|e| panic!("lab: {e}"))
+}
+
 /// A 3-node `NetnsLab` (userspace datapath, no tun0, neighbours seeded) with the real
 /// controller and a shim per node, every switch synced: what the end-to-end tests with
 /// `flowmesh-cni` pods start from. Test helpers: failures panic with the controller's log.
@@ -695,12 +706,7 @@ impl CniCluster {
     /// [`CniCluster::start`] with the controller's options made from the lab once it is up
     /// (for hosts the controller must know about, e.g. a DNS server on the underlay).
     pub fn start_with(opts: impl FnOnce(&NetnsLab) -> ControllerOptions) -> CniCluster {
-        let lab = NetnsLab::builder()
-            .nodes(3)
-            .tun0(false)
-            .seed_neighbors(true)
-            .start()
-            .unwrap_or_else(|e| panic!("lab: {e}"));
+        let lab = cni_lab();
         let opts = opts(&lab);
         let ctl = LabController::start(&lab, &opts).unwrap_or_else(|e| panic!("controller: {e}"));
         let so = ctl.shim_options();
@@ -708,14 +714,20 @@ impl CniCluster {
             .map(|i| crate::cni::start_shim(&lab, i, &so).unwrap_or_else(|e| panic!("shim: {e}")))
             .collect();
         let c = CniCluster { lab, ctl, shims };
-        c.ctl
+        c.wait_all_synced("switches");
+        c
+    }
+
+    /// Wait until the three nodes' switches are connected and synced (30 s at most); on
+    /// timeout fail with `what` and the controller's log.
+    pub fn wait_all_synced(&self, what: &str) {
+        self.ctl
             .wait_synced(
-                &c.lab,
+                &self.lab,
                 &["node1", "node2", "node3"],
                 Duration::from_secs(30),
             )
-            .unwrap_or_else(|e| c.fail(&format!("switches: {e}")));
-        c
+            .unwrap_or_else(|e| self.fail(&format!("{what}: {e}")));
     }
 
     /// Panic with `what` and the tail of the controller's log.

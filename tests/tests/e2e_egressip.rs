@@ -379,13 +379,7 @@ fn egress_ips_carry_a_namespaces_outside_traffic() {
     for i in 1..=3 {
         l.c.shims[i - 1] = flowmesh_tests::cni::start_shim(&l.c.lab, i, &so).expect("shim restart");
     }
-    l.c.ctl
-        .wait_synced(
-            &l.c.lab,
-            &["node1", "node2", "node3"],
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| l.c.fail(&format!("switches after restart: {e}")));
+    l.c.wait_all_synced("switches after restart");
     // Past the shims' first reconcile with a list from the controller.
     std::thread::sleep(Duration::from_secs(3));
     let last_seq = prober.sent();
@@ -502,13 +496,7 @@ fn automatic_failover_moves_the_ip_without_leaking() {
 
     // node2 back: the IP stays on node3; node2's shim releases what its table still lists.
     revive_node(&mut l.c, 2).expect("revive node2");
-    l.c.ctl
-        .wait_synced(
-            &l.c.lab,
-            &["node1", "node2", "node3"],
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| l.c.fail(&format!("switches: {e}")));
+    l.c.wait_all_synced("switches");
     let released = wait_for(Duration::from_secs(10), || {
         let s = l.egress_table(2);
         (!s.is_empty() && !s.contains("elements") && !l.holds(2, eip)).then_some(())

@@ -60,12 +60,7 @@ fn master_everywhere(lab: &NetnsLab, c: &LabController) -> bool {
 
 #[test]
 fn pod_traffic_survives_killing_the_leader() {
-    let lab = NetnsLab::builder()
-        .nodes(3)
-        .tun0(false)
-        .seed_neighbors(true)
-        .start()
-        .unwrap_or_else(|e| panic!("lab: {e}"));
+    let lab = flowmesh_tests::e2e::cni_lab();
     let etcd = EtcdCluster::start_in(3, Some(lab.controller_ns())).expect("etcd in the lab");
     let eps = etcd.endpoints();
     let opts = |id: &str| {

@@ -149,13 +149,7 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         took < Duration::from_millis(1500),
         "re-registration took {took:?}"
     );
-    c.ctl
-        .wait_synced(
-            &c.lab,
-            &["node1", "node2", "node3"],
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| c.fail(&format!("switches after restart: {e}")));
+    c.wait_all_synced("switches after restart");
     let d = c.add_cni_pod(3, "shop", "after-restart");
     assert_eq!(c.lab.ping(&d.ns, a.ip.into(), 3).expect("ping").received, 3);
 }

@@ -174,6 +174,20 @@ pub async fn leader_of(cs: &[&Controller]) -> usize {
     }
 }
 
+/// Register every node of `nodes` (underlay addresses 172.31.0.1, .2, ...).
+pub async fn add_nodes(admin: &mut AdminClient<Channel>, nodes: &[NodeSpec<'_>]) {
+    for (i, (name, dpid, _)) in nodes.iter().enumerate() {
+        admin
+            .add_node(pa::AddNodeRequest {
+                name: name.to_string(),
+                node_ip: format!("172.31.0.{}", i + 1),
+                dpid: *dpid,
+            })
+            .await
+            .expect("add node");
+    }
+}
+
 /// Sorted flow lines the controller wants on `node`.
 pub async fn desired(admin: &mut AdminClient<Channel>, node: &str) -> Vec<String> {
     let r = admin
