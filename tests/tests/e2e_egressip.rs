@@ -425,8 +425,14 @@ fn egress_ips_carry_a_namespaces_outside_traffic() {
     settle("shop-1 leaves from node1 again", || {
         (l.tcp_src(&shop[0].ns) == Some(node1)).then_some(())
     });
+    // The shim removes the address and then rewrites its nftables table: wait for both.
     settle("node2 and node3 released their egress IPs", || {
-        (!l.holds(2, eip1) && !l.holds(3, eip2)).then_some(())
+        (!l.holds(2, eip1)
+            && !l.holds(3, eip2)
+            && [2, 3]
+                .iter()
+                .all(|i| !l.egress_table(*i).contains("elements")))
+        .then_some(())
     });
     for i in [2, 3] {
         let s = l.egress_table(i);
