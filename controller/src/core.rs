@@ -161,43 +161,42 @@ async fn write_group(
     revs: &SharedRevisions,
     watched: bool,
 ) {
-    {
-        let changes: Vec<Change> = jobs
+    let changes: Vec<Change> = jobs
+        .iter()
+        .flat_map(|j| j.changes.iter().cloned())
+        .collect();
+    let guarded: Vec<Guarded> = {
+        let r = revisions(revs);
+        changes
             .iter()
-            .flat_map(|j| j.changes.iter().cloned())
-            .collect();
-        let guarded: Vec<Guarded> = {
-            let r = revisions(revs);
-            changes
-                .iter()
-                .map(|c| Guarded {
-                    expected: r.expected(&c.key()),
-                    change: c.clone(),
-                })
-                .collect()
-        };
-        let st = store.clone();
-        let t = std::time::Instant::now();
-        let result = tokio::task::spawn_blocking(move || {
-            if leader_only {
-                st.apply_guarded_leader(&guarded)
-            } else {
-                st.apply_guarded(&guarded)
-            }
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
-        tracing::debug!(
-            jobs = jobs.len(),
-            micros = t.elapsed().as_micros() as u64,
-            "state stored"
-        );
-        let not_leader = matches!(result, Err(StoreError::NotLeader(_)));
-        let released = revisions(revs).end(&changes, result.as_ref().ok().copied());
-        if !released.is_empty() {
-            let _ = core.send(CoreCmd::Store(released_event(released)));
+            .map(|c| Guarded {
+                expected: r.expected(&c.key()),
+                change: c.clone(),
+            })
+            .collect()
+    };
+    let st = store.clone();
+    let t = std::time::Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        if leader_only {
+            st.apply_guarded_leader(&guarded)
+        } else {
+            st.apply_guarded(&guarded)
         }
-        let r = result.map(|_| ()).map_err(|e| match e {
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
+    tracing::debug!(
+        jobs = jobs.len(),
+        micros = t.elapsed().as_micros() as u64,
+        "state stored"
+    );
+    let not_leader = matches!(result, Err(StoreError::NotLeader(_)));
+    let released = revisions(revs).end(&changes, result.as_ref().ok().copied());
+    if !released.is_empty() {
+        let _ = core.send(CoreCmd::Store(released_event(released)));
+    }
+    let r = result.map(|_| ()).map_err(|e| match e {
             StoreError::NotLeader(_) => ApiError::Unavailable(format!(
                 "the change was not stored: {e}; another replica leads now: retry"
             )),
@@ -208,26 +207,25 @@ async fn write_group(
             e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
             e => ApiError::Unavailable(format!("the change was not stored: {e}")),
         });
-        if r.is_err() {
-            if watched {
-                // Nothing of this batch was acknowledged; the core relists what is stored and
-                // every write queued meanwhile is refused (it was built on the same model).
-                tracing::error!("storing changes failed; relisting the store");
-                revisions(revs).draining = true;
-                let down = match (&r, &not_leader) {
-                    (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),
-                    _ => None,
-                };
-                let _ = core.send(CoreCmd::Relist(down));
-            } else {
-                // Nothing of this batch was acknowledged; the core reloads what is stored.
-                tracing::error!("storing changes failed; reloading state from the store");
-                let _ = core.send(CoreCmd::Reload);
-            }
+    if r.is_err() {
+        if watched {
+            // Nothing of this batch was acknowledged; the core relists what is stored and
+            // every write queued meanwhile is refused (it was built on the same model).
+            tracing::error!("storing changes failed; relisting the store");
+            revisions(revs).draining = true;
+            let down = match (&r, &not_leader) {
+                (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),
+                _ => None,
+            };
+            let _ = core.send(CoreCmd::Relist(down));
+        } else {
+            // Nothing of this batch was acknowledged; the core reloads what is stored.
+            tracing::error!("storing changes failed; reloading state from the store");
+            let _ = core.send(CoreCmd::Reload);
         }
-        for j in jobs {
-            let _ = j.done.send(r.clone());
-        }
+    }
+    for j in jobs {
+        let _ = j.done.send(r.clone());
     }
 }
 

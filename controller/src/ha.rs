@@ -61,6 +61,14 @@ impl Standing {
         }
     }
 
+    /// The leader's generation as this replica knows it (0: none known, or alone).
+    pub fn generation(&self) -> u64 {
+        match self {
+            Standing::Leader { generation } | Standing::Standby { generation, .. } => *generation,
+            Standing::Alone => 0,
+        }
+    }
+
     /// The role's name for status output.
     pub fn role_name(&self) -> &'static str {
         match self {
@@ -365,17 +373,13 @@ pub async fn run(
         let granted = Duration::from_secs(lease.ttl().max(1) as u64);
         let ttl = ttl.max(granted);
         let id = lease.id();
-        let granted_at = asked_at;
         tracing::info!(lease = id, ttl_s = ttl.as_secs(), replica = %cfg.id, "leader election: lease granted");
         let end = hold_lease(
-            &client, &prefix, &cfg, &me, id, ttl, granted_at, &lead, &fence, &mut stop,
+            &client, &prefix, &cfg, &me, id, ttl, asked_at, &lead, &fence, &mut stop,
         )
         .await;
         let was_leader = matches!(lead.standing(), Standing::Leader { .. });
-        let generation = match lead.standing() {
-            Standing::Leader { generation } | Standing::Standby { generation, .. } => generation,
-            Standing::Alone => 0,
-        };
+        let generation = lead.standing().generation();
         // Standby first, then no fence: nothing sees "leader" without the fence.
         lead.set(
             Standing::Standby {
@@ -527,14 +531,9 @@ async fn hold_lease(
             _ => "standby",
         };
         if version != registered_version || state != registered_state {
-            let (generation, _) = match lead.standing() {
-                Standing::Leader { generation } => (generation, ()),
-                Standing::Standby { generation, .. } => (generation, ()),
-                Standing::Alone => (0, ()),
-            };
             let info = ReplicaInfo {
                 state: state.to_string(),
-                generation,
+                generation: lead.standing().generation(),
                 switches: lead.switch_roles(),
                 ..me.clone()
             };

@@ -418,6 +418,21 @@ impl LabController {
     }
 }
 
+/// Tell the thread that started a server whether its socket is bound (an error goes back to
+/// it); the socket, when it is.
+pub fn report_bound<T>(tx: &std::sync::mpsc::Sender<Result<()>>, bound: Result<T>) -> Option<T> {
+    match bound {
+        Ok(s) => {
+            let _ = tx.send(Ok(()));
+            Some(s)
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            None
+        }
+    }
+}
+
 /// Tries a TCP connection from namespace `ns` to `dst` within `timeout`; on success sends
 /// `payload`, reads until EOF, and returns what the server answered (None: no connection).
 pub fn tcp_probe(
@@ -506,15 +521,8 @@ impl TcpServer {
                         })?;
                     Ok(l)
                 });
-                let l = match bound {
-                    Ok(l) => {
-                        let _ = tx.send(Ok(()));
-                        l
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+                let Some(l) = report_bound(&tx, bound) else {
+                    return;
                 };
                 while !stop2.load(Ordering::Relaxed) {
                     let (mut s, peer) = match l.accept() {
@@ -593,15 +601,8 @@ pub fn serve_udp(
                     })?;
                 Ok(s)
             });
-            let s = match bound {
-                Ok(s) => {
-                    let _ = tx.send(Ok(()));
-                    s
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
+            let Some(s) = report_bound(&tx, bound) else {
+                return;
             };
             let mut buf = [0u8; 2048];
             while !stop.load(Ordering::Relaxed) {

@@ -123,15 +123,8 @@ impl Prober {
                         source,
                     })
                 });
-                let s = match bound {
-                    Ok(s) => {
-                        let _ = tx.send(Ok(()));
-                        s
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+                let Some(s) = crate::e2e::report_bound(&tx, bound) else {
+                    return;
                 };
                 let mut seq = 1u64;
                 let mut next = Instant::now();

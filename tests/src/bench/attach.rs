@@ -129,16 +129,7 @@ async fn run(switches: u32, per_node: u32) -> Result<(), String> {
     let mut admin = AdminClient::connect(format!("http://{grpc}"))
         .await
         .map_err(|e| e.to_string())?;
-    for i in 0..switches {
-        admin
-            .add_node(pa::AddNodeRequest {
-                name: format!("n{i}"),
-                node_ip: format!("172.31.{}.{}", i / 250, i % 250 + 1),
-                dpid: 0x1000 + u64::from(i),
-            })
-            .await
-            .map_err(|e| format!("add node: {}", e.message()))?;
-    }
+    super::add_bench_nodes(&mut admin, switches).await?;
     for ns in 0..10 {
         admin
             .create_namespace(pa::NameRequest {

@@ -293,16 +293,7 @@ async fn on_ovs(rules: u32, switches: u32) -> Result<Ovs, String> {
     let mut admin = AdminClient::connect(format!("http://{grpc}"))
         .await
         .map_err(|e| e.to_string())?;
-    for i in 0..switches {
-        admin
-            .add_node(pa::AddNodeRequest {
-                name: format!("n{i}"),
-                node_ip: format!("172.31.{}.{}", i / 250, i % 250 + 1),
-                dpid: 0x1000 + u64::from(i),
-            })
-            .await
-            .map_err(|e| format!("add node: {}", e.message()))?;
-    }
+    super::add_bench_nodes(&mut admin, switches).await?;
     admin
         .create_namespace(pa::NameRequest { name: "fw".into() })
         .await

@@ -42,6 +42,25 @@ pub fn scrape_metric(addr: std::net::SocketAddr, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Register nodes `n0` … `n{switches-1}` (datapath ids `0x1000 + i`, underlay addresses
+/// 172.31.x.y), the names the benchmarks give their sandbox bridges.
+pub async fn add_bench_nodes(
+    admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>,
+    switches: u32,
+) -> Result<(), String> {
+    for i in 0..switches {
+        admin
+            .add_node(proto::admin::AddNodeRequest {
+                name: format!("n{i}"),
+                node_ip: format!("172.31.{}.{}", i / 250, i % 250 + 1),
+                dpid: 0x1000 + u64::from(i),
+            })
+            .await
+            .map_err(|e| format!("add node n{i}: {}", e.message()))?;
+    }
+    Ok(())
+}
+
 /// Median of a non-empty list (the mean of the middle two for an even count).
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();

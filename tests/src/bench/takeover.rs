@@ -299,15 +299,8 @@ pub async fn run(s: &Settings, say: impl Fn(String)) -> Result<Report, String> {
     let l = elected(&rs).await.ok_or("no leader")?;
     let mut admin = rs[l].admin().await?;
     create_ns(&mut admin, "bench").await;
+    super::add_bench_nodes(&mut admin, s.switches).await?;
     for i in 0..s.switches {
-        admin
-            .add_node(pa::AddNodeRequest {
-                name: format!("n{i}"),
-                node_ip: format!("172.31.{}.{}", i / 250, i % 250 + 1),
-                dpid: 0x1000 + u64::from(i),
-            })
-            .await
-            .map_err(|e| format!("add node n{i}: {e}"))?;
         for p in 0..2u32 {
             admin
                 .attach_pod(pa::AttachPodRequest {
