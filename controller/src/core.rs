@@ -703,8 +703,15 @@ impl Core {
         let mut standing = core.cfg.leadership.subscribe();
         let tx_standing = tx.clone();
         tokio::spawn(async move {
+            let mut last = standing.borrow_and_update().clone();
             while standing.changed().await.is_ok() {
                 let s = standing.borrow_and_update().clone();
+                // A wake-up with the same standing (a lease renewed after a lapse, for the
+                // reconcilers) is no new standing for the core.
+                if s == last {
+                    continue;
+                }
+                last = s.clone();
                 let sent = tx_standing.send(CoreCmd::Read(Box::new(move |c: &mut Core| {
                     c.standing_changed(s)
                 })));
