@@ -30,15 +30,21 @@ pub struct Controller {
     pub extra: Vec<String>,
 }
 
+/// The line a controller prints once its listeners are bound.
+const STARTED: &str = "flowmesh-controller: gRPC on ";
+
 impl Controller {
-    /// Start a controller on fresh ports with `data_dir`.
+    /// Start a controller with `data_dir` on ports the kernel picks when it binds (port 0:
+    /// no window in which another test could take a port chosen beforehand); the addresses
+    /// come from the controller's start-up line.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Controller {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut c = Controller {
             child: None,
             data_dir: data_dir.to_path_buf(),
-            grpc: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            openflow: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            metrics: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            grpc: any,
+            openflow: any,
+            metrics: any,
             log: data_dir.with_extension("log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -46,8 +52,10 @@ impl Controller {
         c
     }
 
-    /// (Re)start the process on the same ports and data dir.
+    /// (Re)start the process on the same ports (the first time: any) and data dir, and wait
+    /// until this process announces what it bound.
     pub fn spawn(&mut self) {
+        let starts_before = self.log_text().matches(STARTED).count();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -70,14 +78,36 @@ impl Controller {
             .expect("start flowmesh-controller");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(self.grpc).is_err() {
+        let line = loop {
+            let text = self.log_text();
+            if let Some(l) = text
+                .lines()
+                .filter(|l| l.starts_with(STARTED))
+                .nth(starts_before)
+            {
+                break l.to_string();
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
             assert!(
-                Instant::now() < deadline,
-                "controller did not listen; log:\n{}",
-                self.log_text()
+                exited.is_none() && Instant::now() < deadline,
+                "controller did not start ({exited:?}); log:\n{text}"
             );
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        // "flowmesh-controller: gRPC on A, OpenFlow on B, metrics on http://C/metrics"
+        let addr = |after: &str| -> SocketAddr {
+            line.split(after)
+                .nth(1)
+                .and_then(|r| r.split([',', '/']).next())
+                .and_then(|a| a.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no address after {after:?} in {line:?}"))
+        };
+        self.grpc = addr("gRPC on ");
+        self.openflow = addr("OpenFlow on ");
+        self.metrics = addr("metrics on http://");
     }
 
     /// SIGKILL the process (no clean shutdown) and reap it.
