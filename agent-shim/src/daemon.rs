@@ -51,9 +51,11 @@ pub struct Args {
     /// PEM private key of --cert.
     #[arg(long, requires_all = ["ca", "cert"])]
     pub key: Option<PathBuf>,
-    /// Datapath id of the bridge, hexadecimal (1 to 16 digits, optional 0x).
+    /// Datapath id of the bridge, hexadecimal (1 to 16 digits, optional 0x). Default: the
+    /// node IP as a number (10.0.0.1 → 000000000a000001), unique as node addresses are, and
+    /// what the controller's Kubernetes datastore gives a node before its shim registers.
     #[arg(long, value_parser = parse_dpid)]
-    pub dpid: u64,
+    pub dpid: Option<u64>,
     /// Integration bridge.
     #[arg(long, default_value = "br0")]
     pub bridge: String,
@@ -146,7 +148,7 @@ async fn register(api: &NodeApi, args: &Args) -> Result<proto::node::NodeConfig,
         let req = RegisterNodeRequest {
             name: args.node_name.clone(),
             node_ip: args.node_ip.to_string(),
-            dpid: args.dpid,
+            dpid: args.dpid.unwrap_or(u64::from(u32::from(args.node_ip))),
         };
         match api.register(req).await {
             Ok(c) => return Ok(c),
@@ -224,7 +226,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     let spec = BridgeSpec {
         bridge: args.bridge.clone(),
         datapath_type: args.datapath_type.clone(),
-        dpid: args.dpid,
+        dpid: args.dpid.unwrap_or(u64::from(u32::from(args.node_ip))),
         controller: args.openflow_target.clone(),
         node_ip: args.node_ip,
         nm_conf_dir: Some(args.networkmanager_conf_dir.clone()),

@@ -275,7 +275,7 @@ fn apply_one(
     }
 }
 
-fn to_config(
+pub fn to_config(
     c: &ClusterNetworkSpec,
     current: &ClusterNetworkConfig,
 ) -> Result<ClusterNetworkConfig, ApiError> {

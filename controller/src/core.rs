@@ -892,11 +892,18 @@ impl Core {
         for c in changes {
             match crate::store_sync::apply_change(&mut self.model, c) {
                 Ok(a) => affected.merge(a),
-                Err(e) => tracing::error!(
-                    key = %c.key().as_string(),
-                    error = %e,
-                    "a stored change does not fit the model; it is left out"
-                ),
+                Err(e) => {
+                    tracing::error!(
+                        key = %c.key().as_string(),
+                        error = %e,
+                        "a stored change does not fit the model; it is left out"
+                    );
+                    self.publish(Event::now(
+                        "StoredChangeRefused",
+                        c.key().as_string(),
+                        e.to_string(),
+                    ));
+                }
             }
         }
         self.firewall_conflicts = self.model.egress_firewall_conflicts();

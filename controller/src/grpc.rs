@@ -468,7 +468,7 @@ impl Admin for AdminService {
         };
         let view = view.map_err(|e| {
             Status::unavailable(format!(
-                "the replicas could not be read from etcd: {e} (switches keep their flows; retry when etcd is back)"
+                "the replicas could not be read from the datastore: {e} (switches keep their flows; retry when it is back)"
             ))
         })?;
         let me = self.core.read(|c| c.replica_id()).await?;

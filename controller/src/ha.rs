@@ -88,8 +88,8 @@ pub struct Leadership {
     /// `get controllers`; `roles_version` counts changes.
     roles: Mutex<BTreeMap<String, String>>,
     roles_version: AtomicU64,
-    /// Where replicas register (etcd client and key prefix), for `get controllers`.
-    registry: std::sync::OnceLock<(Client, String, String)>,
+    /// Where replicas register, for `get controllers`.
+    registry: std::sync::OnceLock<Registry>,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -152,7 +152,7 @@ impl Leadership {
         }
     }
 
-    fn set(&self, s: Standing, valid_until: Option<Instant>) {
+    pub(crate) fn set(&self, s: Standing, valid_until: Option<Instant>) {
         *lock(&self.valid_until) = valid_until;
         self.standing.send_if_modified(|cur| {
             if *cur == s {
@@ -164,7 +164,7 @@ impl Leadership {
         });
     }
 
-    fn extend(&self, until: Instant) {
+    pub(crate) fn extend(&self, until: Instant) {
         let lapsed = {
             let mut v = lock(&self.valid_until);
             let lapsed = v.is_none_or(|t| t <= Instant::now());
@@ -178,19 +178,34 @@ impl Leadership {
     }
 
     /// Where replicas register (set once, by the server).
-    pub fn set_registry(&self, client: Client, prefix: String, id: String) {
-        let _ = self.registry.set((client, prefix, id));
+    pub fn set_registry(&self, registry: Registry) {
+        let _ = self.registry.set(registry);
     }
 
     /// This replica's id (None: it has no registry).
     pub fn id(&self) -> Option<String> {
-        self.registry.get().map(|(_, _, id)| id.clone())
+        self.registry.get().map(|r| match r {
+            Registry::Etcd { id, .. } => id.clone(),
+            Registry::Kube(k) => k.id.clone(),
+        })
     }
 
-    /// Every registered replica and the leader (None: no other replicas are possible).
-    pub async fn view(&self) -> Option<Result<ReplicaView, etcd_client::Error>> {
-        let (c, p, _) = self.registry.get()?.clone();
-        Some(view(c, &p).await)
+    /// Every registered replica and the leader (None: no other replicas are possible); an
+    /// error says why the datastore could not be read.
+    pub async fn view(&self) -> Option<Result<ReplicaView, String>> {
+        Some(match self.registry.get()?.clone() {
+            Registry::Etcd { client, prefix, .. } => view(client, &prefix)
+                .await
+                .map_err(|e| format!("etcd: {e}")),
+            Registry::Kube(k) => crate::ha_kube::view(&k)
+                .await
+                .map_err(|e| format!("Kubernetes API server: {e}")),
+        })
+    }
+
+    /// Version counter of [`Leadership::switch_roles`] (bumped on every change).
+    pub fn roles_version(&self) -> u64 {
+        self.roles_version.load(Ordering::Relaxed)
     }
 
     /// Record the role this replica holds on a switch ("" removes it).
@@ -228,7 +243,23 @@ impl Fence {
     }
 }
 
-/// One replica as registered in etcd.
+/// Where the replicas of a shared datastore register and elect their leader.
+#[derive(Clone)]
+pub enum Registry {
+    /// Keys under `prefix` in etcd.
+    Etcd {
+        /// The etcd client.
+        client: Client,
+        /// The election's key prefix ([`ha_prefix`]).
+        prefix: String,
+        /// This replica's id.
+        id: String,
+    },
+    /// Leases in the controller's Kubernetes namespace.
+    Kube(crate::ha_kube::KubeRegistry),
+}
+
+/// One replica as registered in the datastore.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ReplicaInfo {
     /// The replica id (`--replica-id`, default the host name and the gRPC port).

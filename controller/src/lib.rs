@@ -13,6 +13,8 @@ pub mod egress_watch;
 pub mod error;
 pub mod grpc;
 pub mod ha;
+pub mod ha_kube;
+pub mod kube_sync;
 pub mod link;
 pub mod manifest;
 pub mod metrics;

@@ -40,7 +40,9 @@ pub struct ServerConfig {
     pub egress_dns: crate::egress_dns::DnsConfig,
     /// Where desired state lives (None: the embedded database in `data_dir`).
     pub etcd: Option<crate::state::etcd::EtcdConfig>,
-    /// With etcd: this replica's id (None: HOSTNAME:GRPC_PORT).
+    /// The Kubernetes datastore (`--datastore kubernetes`; exclusive with `etcd`).
+    pub kube: Option<crate::state::kube::KubeConfig>,
+    /// With etcd or Kubernetes: this replica's id (None: HOSTNAME:GRPC_PORT).
     pub replica_id: Option<String>,
     /// With etcd: the leader lease's TTL in seconds.
     pub leader_ttl_secs: i64,
@@ -209,20 +211,46 @@ fn load_and_initialise(
 /// Start everything; the tasks run until [`Running::shutdown`] or the process exits.
 pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let mut etcd_store = None;
-    let store: Arc<dyn StateBackend> = match &cfg.etcd {
-        None => Arc::new(EmbeddedStore::open(&cfg.data_dir)?),
-        Some(e) => {
+    let mut kube_store = None;
+    let mut cluster = cfg.cluster.clone();
+    let store: Arc<dyn StateBackend> = match (&cfg.etcd, &cfg.kube) {
+        (Some(e), _) => {
             let s = Arc::new(crate::state::etcd::EtcdStore::connect(e.clone())?);
             etcd_store = Some(s.clone());
             s
         }
+        (None, Some(k)) => {
+            let kc = k.clone();
+            // The store blocks on its own runtime: connect off this one.
+            let s = tokio::task::spawn_blocking(move || crate::state::kube::KubeStore::connect(kc))
+                .await
+                .map_err(|e| crate::state::StoreError::Unavailable(e.to_string()))??;
+            let s = Arc::new(s);
+            // The Cluster Network Operator's Network objects, where they exist, say what the
+            // cluster network is.
+            let base = cluster.clone().unwrap_or_else(crate::core::default_config);
+            if let Some(c) = crate::kube_sync::openshift_network_config(s.client(), &base)
+                .await
+                .map_err(crate::state::StoreError::Unavailable)?
+            {
+                cluster = Some(c);
+            }
+            kube_store = Some(s.clone());
+            s
+        }
+        (None, None) => Arc::new(EmbeddedStore::open(&cfg.data_dir)?),
     };
     // With a shared store, replicas elect a leader; a replica starts as a standby.
-    let leadership = match &etcd_store {
-        Some(_) => crate::ha::Leadership::standby(),
-        None => crate::ha::Leadership::alone(),
+    let leadership = match (&etcd_store, &kube_store) {
+        (None, None) => crate::ha::Leadership::alone(),
+        _ => crate::ha::Leadership::standby(),
     };
-    let (model, listing) = load_and_initialise(store.as_ref(), cfg.cluster.as_ref())?;
+    let (model, listing) = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || load_and_initialise(store.as_ref(), cluster.as_ref()))
+            .await
+            .map_err(|e| crate::state::StoreError::Unavailable(e.to_string()))??
+    };
     tracing::info!(
         backend = store.name(),
         nodes = model.node_count(),
@@ -307,24 +335,68 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx.clone()))),
         ));
     }
-    if let Some(es) = &etcd_store {
-        let id = cfg.replica_id.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "controller".into());
-            format!("{host}:{}", grpc_addr.port())
-        });
-        let me = crate::ha::ReplicaInfo {
-            id: id.clone(),
-            grpc: grpc_addr.to_string(),
-            openflow: openflow_addr.to_string(),
-            started: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            ..Default::default()
+    let replica_id = cfg.replica_id.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "controller".into());
+        format!("{host}:{}", grpc_addr.port())
+    });
+    let me = crate::ha::ReplicaInfo {
+        id: replica_id.clone(),
+        grpc: grpc_addr.to_string(),
+        openflow: openflow_addr.to_string(),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        ..Default::default()
+    };
+    if let Some(ks) = &kube_store {
+        let lease = crate::ha_kube::LeaseConfig {
+            namespace: ks.namespace().to_string(),
+            name: "flowmesh-controller".into(),
+            id: replica_id.clone(),
+            duration: Duration::from_secs(cfg.leader_ttl_secs.max(1) as u64),
         };
-        leadership.set_registry(es.client(), crate::ha::ha_prefix(es.prefix()), id.clone());
+        leadership.set_registry(crate::ha::Registry::Kube(crate::ha_kube::KubeRegistry {
+            client: ks.client(),
+            namespace: lease.namespace.clone(),
+            lease: lease.name.clone(),
+            id: replica_id.clone(),
+        }));
+        servers.push((
+            "leader election",
+            tokio::spawn(crate::ha_kube::run(
+                ks.client(),
+                lease,
+                me.clone(),
+                leadership.clone(),
+                ks.fence(),
+                stop_rx.clone(),
+            )),
+        ));
+        servers.push((
+            "kubernetes reactions",
+            tokio::spawn(crate::kube_sync::run(
+                core.clone(),
+                ks.clone(),
+                leadership.clone(),
+                stop_rx.clone(),
+            )),
+        ));
+        tokio::spawn(crate::kube_sync::forward_refusals(
+            core.clone(),
+            crate::kube_sync::Events::new(ks.client(), replica_id.clone()),
+            leadership.clone(),
+        ));
+    }
+    if let Some(es) = &etcd_store {
+        let id = replica_id.clone();
+        leadership.set_registry(crate::ha::Registry::Etcd {
+            client: es.client(),
+            prefix: crate::ha::ha_prefix(es.prefix()),
+            id: id.clone(),
+        });
         servers.push((
             "leader election",
             tokio::spawn(crate::ha::run(

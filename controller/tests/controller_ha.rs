@@ -107,32 +107,15 @@ async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>) {
 /// Whether every switch granted `c` the master role (its ROLE_REPLY, as `get switches`
 /// shows it).
 async fn granted_master_everywhere(c: &Controller) -> bool {
-    granted_everywhere(c, "master").await
+    support::granted_everywhere(c, &node_names(), "master").await
 }
 
-/// Whether every switch is connected to `c` and granted it `role`.
-async fn granted_everywhere(c: &Controller, role: &str) -> bool {
-    let Ok(mut a) = AdminClient::connect(format!("http://{}", c.grpc)).await else {
-        return false;
-    };
-    let Ok(sw) = a.list_switches(pa::Empty {}).await else {
-        return false;
-    };
-    let sw = sw.into_inner().items;
-    NODES.iter().all(|(n, _, _)| {
-        sw.iter()
-            .any(|s| s.node == *n && s.connected && s.role == role)
-    })
-}
-
-/// Whether OVS's database shows replica `target` as master, and every other connected one as
-/// slave, on every bridge (ovs-vswitchd refreshes these columns every few seconds).
 fn master_everywhere(sbx: &OvsSandbox, target: &str) -> bool {
-    NODES.iter().all(|(n, _, _)| {
-        let roles = sbx.controller_roles(n).unwrap_or_default();
-        roles.get(target).map(String::as_str) == Some("master")
-            && roles.iter().all(|(t, r)| t == target || r == "slave")
-    })
+    support::master_everywhere(sbx, &node_names(), target)
+}
+
+fn node_names() -> Vec<&'static str> {
+    NODES.iter().map(|(n, _, _)| *n).collect()
 }
 
 /// `flowmesh-bench takeover`'s scenario (3 etcd members, 3 replicas with `--leader-ttl 1`, 3

@@ -77,16 +77,28 @@ fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, S
     }
 }
 
+/// Every `.yaml` file under `dir`, recursively, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read deploy dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(yaml_files(&p));
+        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn every_deploy_yaml_parses_as_its_typed_object() {
-    let mut checked = 0;
-    let mut files: Vec<_> = std::fs::read_dir(deploy_dir())
-        .expect("deploy/")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-        .collect();
-    files.sort();
-    for f in files {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+    for f in yaml_files(&deploy_dir()) {
         let text = std::fs::read_to_string(&f).expect("read");
         for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
             let what = format!("{} document {}", f.display(), i + 1);
@@ -98,15 +110,78 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
                 .to_owned();
             let r = match kind.as_str() {
                 "CustomResourceDefinition" => strict::<CustomResourceDefinition>(doc).map(drop),
+                "Namespace" => strict::<Namespace>(doc).map(drop),
+                "ServiceAccount" => strict::<ServiceAccount>(doc).map(drop),
+                "ClusterRole" => strict::<ClusterRole>(doc).map(drop),
+                "ClusterRoleBinding" => strict::<ClusterRoleBinding>(doc).map(drop),
+                "Role" => strict::<Role>(doc).map(drop),
+                "RoleBinding" => strict::<RoleBinding>(doc).map(drop),
+                "Deployment" => strict::<Deployment>(doc).map(drop),
+                "DaemonSet" => strict::<DaemonSet>(doc).map(drop),
+                "ConfigMap" => strict::<ConfigMap>(doc).and_then(|cm| {
+                    // The cluster network it carries is what --config reads.
+                    let text = cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("cluster-network.yaml"))
+                        .ok_or("no data.cluster-network.yaml")?;
+                    let cfg: topology::ClusterNetworkConfig =
+                        serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+                    cfg.validate().map_err(|e| e.to_string())
+                }),
                 other => Err(format!("no typed check for kind {other:?}")),
             };
             if let Err(e) = r {
                 panic!("{what}: {e}");
             }
-            checked += 1;
+            *kinds.entry(kind).or_default() += 1;
         }
     }
-    assert!(checked >= 4, "only {checked} documents checked");
+    for k in [
+        "CustomResourceDefinition",
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "DaemonSet",
+    ] {
+        assert!(kinds.contains_key(k), "deploy/ has no {k}: {kinds:?}");
+    }
+    assert_eq!(kinds["CustomResourceDefinition"], 4, "{kinds:?}");
+}
+
+/// The shipped workloads run the binaries with flags they accept, and mount what they name.
+#[test]
+fn deploy_workloads_run_real_flags() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    let read = |f: &str| std::fs::read_to_string(deploy_dir().join("kubernetes").join(f)).expect("read");
+    let d: Deployment = serde_yaml::from_str(&read("30-controller.yaml")).expect("Deployment");
+    let ds: DaemonSet = serde_yaml::from_str(&read("40-node.yaml")).expect("DaemonSet");
+    let ctl = &d.spec.template.spec.expect("pod spec").containers[0];
+    let shim = &ds.spec.template.spec.expect("pod spec").containers[0];
+    for (bin, c) in [("flowmesh-controller", ctl), ("flowmesh-shim", shim)] {
+        // Flag names only: values are the pod's ($(VAR) expansions, mounted files).
+        let exe = match bin {
+            "flowmesh-shim" => flowmesh_tests::cni::shim_bins().expect("shim binaries").shim,
+            _ => PathBuf::from(env!("CARGO_BIN_EXE_flowmesh-controller")),
+        };
+        let help = std::process::Command::new(exe)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("run {bin} --help: {e}"));
+        let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        for a in c.args.iter().flatten() {
+            let flag = a.split('=').next().unwrap_or_default();
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "{bin} has no flag {flag} (deploy/kubernetes args {a:?})"
+            );
+        }
+    }
 }
 
 #[test]

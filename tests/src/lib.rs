@@ -17,6 +17,7 @@ pub mod e2e;
 pub mod egress;
 pub mod error;
 pub mod etcd;
+pub mod kube_api;
 pub mod netns;
 pub mod of_listener;
 pub mod ovs;
@@ -29,6 +30,7 @@ pub mod trace;
 
 pub use error::{HarnessError, Result};
 pub use etcd::EtcdCluster;
+pub use kube_api::{MockApiServer, ResourceDef};
 pub use netns::{LabBuilder, LabNode, NetnsLab, Pod};
 pub use of_listener::OfHandshakeListener;
 pub use ovs::{DatapathMode, OvsInstance};

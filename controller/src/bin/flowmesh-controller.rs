@@ -88,8 +88,10 @@ struct Args {
     /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
     #[arg(long, default_value_t = 1800.0)]
     egress_dns_ttl_ceiling: f64,
-    /// Where desired state lives: `embedded` (a database in --data-dir) or `etcd` (an etcd v3
-    /// cluster shared by several controller replicas; see --etcd-endpoints).
+    /// Where desired state lives: `embedded` (a database in --data-dir), `etcd` (an etcd v3
+    /// cluster shared by several controller replicas; see --etcd-endpoints) or `kubernetes`
+    /// (the API server's Node, Namespace, Pod, NetworkPolicy and OpenShift network objects;
+    /// in-cluster config or --kubeconfig).
     #[arg(long, value_enum, default_value_t = Datastore::Embedded, env = "FLOWMESH_DATASTORE")]
     datastore: Datastore,
     /// etcd client URLs, comma-separated (with --datastore etcd).
@@ -107,11 +109,21 @@ struct Args {
     /// PEM client key for etcd (with --etcd-cert).
     #[arg(long, requires = "etcd_cert")]
     etcd_key: Option<PathBuf>,
-    /// This replica's id among several sharing one etcd (default: HOSTNAME:GRPC_PORT).
+    /// A kubeconfig file (with --datastore kubernetes; default: the in-cluster config, or
+    /// $KUBECONFIG, or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The namespace of the controller's own Kubernetes objects: its ConfigMaps and the
+    /// leader-election Lease `flowmesh-controller` (with --datastore kubernetes).
+    #[arg(long, env = "FLOWMESH_KUBE_NAMESPACE", default_value = "flowmesh")]
+    kube_namespace: String,
+    /// This replica's id among several sharing one etcd or Kubernetes API (default:
+    /// HOSTNAME:GRPC_PORT).
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
     replica_id: Option<String>,
-    /// Seconds: the leader's etcd lease TTL. A leader that dies is replaced within about this
-    /// long (etcd raises it to its minimum: 1.5 × its --election-timeout, rounded up).
+    /// Seconds: the leader's lease (etcd lease TTL, or the Kubernetes Lease's
+    /// leaseDurationSeconds). A leader that dies is replaced within about this long (etcd
+    /// raises it to its minimum: 1.5 × its --election-timeout, rounded up).
     #[arg(long, default_value_t = 2)]
     leader_ttl: i64,
 }
@@ -120,12 +132,26 @@ struct Args {
 enum Datastore {
     Embedded,
     Etcd,
+    Kubernetes,
+}
+
+/// The Kubernetes settings from the flags (None: another datastore).
+fn kube_config(args: &Args) -> Result<Option<controller::state::kube::KubeConfig>, String> {
+    match args.datastore {
+        Datastore::Kubernetes => Ok(Some(controller::state::kube::KubeConfig {
+            kubeconfig: args.kubeconfig.clone(),
+            namespace: args.kube_namespace.clone(),
+            ..Default::default()
+        })),
+        _ if args.kubeconfig.is_some() => Err("--kubeconfig needs --datastore kubernetes".into()),
+        _ => Ok(None),
+    }
 }
 
 /// The etcd settings from the flags (None: the embedded datastore).
 fn etcd_config(args: &Args) -> Result<Option<controller::state::etcd::EtcdConfig>, String> {
     match args.datastore {
-        Datastore::Embedded => {
+        Datastore::Embedded | Datastore::Kubernetes => {
             if args.etcd_endpoints.is_some() {
                 return Err("--etcd-endpoints needs --datastore etcd".into());
             }
@@ -276,6 +302,7 @@ async fn run(args: Args) -> ExitCode {
             },
             egress_dns: flowmesh_controller_dns(&args)?,
             etcd: etcd_config(&args)?,
+            kube: kube_config(&args)?,
             replica_id: args.replica_id.clone(),
             leader_ttl_secs: if args.leader_ttl >= 1 {
                 args.leader_ttl

@@ -11,6 +11,7 @@
 
 mod embedded;
 pub mod etcd;
+pub mod kube;
 mod records;
 
 pub use embedded::EmbeddedStore;

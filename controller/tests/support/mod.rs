@@ -330,3 +330,30 @@ pub fn send_signal(pid: u32, signal: &str) {
         .expect("run kill");
     assert!(st.success(), "kill -{signal} {pid} failed");
 }
+
+/// Whether every switch of `nodes` is connected to `c` and granted it `role` (its ROLE_REPLY,
+/// as `get switches` shows it).
+pub async fn granted_everywhere(c: &Controller, nodes: &[&str], role: &str) -> bool {
+    let Ok(mut a) = AdminClient::connect(format!("http://{}", c.grpc)).await else {
+        return false;
+    };
+    let Ok(sw) = a.list_switches(pa::Empty {}).await else {
+        return false;
+    };
+    let sw = sw.into_inner().items;
+    nodes.iter().all(|n| {
+        sw.iter()
+            .any(|s| s.node == *n && s.connected && s.role == role)
+    })
+}
+
+/// Whether OVS's database shows replica `target` as master, and every other connected one as
+/// slave, on the bridge of every one of `nodes` (ovs-vswitchd refreshes these columns every
+/// few seconds).
+pub fn master_everywhere(sbx: &OvsSandbox, nodes: &[&str], target: &str) -> bool {
+    nodes.iter().all(|n| {
+        let roles = sbx.controller_roles(n).unwrap_or_default();
+        roles.get(target).map(String::as_str) == Some("master")
+            && roles.iter().all(|(t, r)| t == target || r == "slave")
+    })
+}

@@ -1,0 +1,808 @@
+//! The Kubernetes datastore (`--datastore kubernetes`) against a mock API server that speaks
+//! the real HTTP protocol (`flowmesh_tests::kube_api`: list, watch with bookmarks, 410 Gone,
+//! 409 Conflict, dropped watches, an API server that goes away) and real Open vSwitch bridges:
+//! HostSubnets and NetNamespaces created for Nodes and Namespaces and written back,
+//! `oc adm pod-network`'s change-network annotation, a Node deleted, NetworkPolicies added and
+//! removed, Warning events, watches dropped and expired, the API server down (switches
+//! untouched, then a hitless resync), the same flows as the embedded and etcd datastores,
+//! the RBAC rules of `deploy/` against every call made, and the Lease election.
+
+mod support;
+
+use flowmesh_tests::kube_api::{MockApiServer, RequestRecord};
+use flowmesh_tests::{EtcdCluster, OvsSandbox};
+use proto::admin::admin_client::AdminClient;
+use proto::admin::{self as pa};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::{ctl, desired, metric, sandbox, sandbox_all, wait_for, wait_synced, Controller};
+use tonic::transport::Channel;
+
+const MODS: &str = "flowmesh_flow_mods_sent_total";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Nodes at 172.31.0.1..3; a bridge's datapath id is its node address as a number, what the
+/// controller gives a Node before its shim registers.
+const NODES: [support::NodeSpec<'static>; 3] = [
+    ("node-a", 0xac1f_0001, &[("p1", 3), ("p2", 4)]),
+    ("node-b", 0xac1f_0002, &[("p1", 3)]),
+    ("node-c", 0xac1f_0003, &[("p1", 3)]),
+];
+const NODE_NAMES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// (node, port, namespace, ofport) of the scenario's pods; a pod is named `NODE-PORT`.
+const PODS: [(&str, &str, &str, u32); 4] = [
+    ("node-a", "p1", "ns1", 3),
+    ("node-a", "p2", "ns2", 4),
+    ("node-b", "p1", "ns1", 3),
+    ("node-c", "p1", "ns3", 3),
+];
+
+fn node_ip(i: usize) -> String {
+    format!("172.31.0.{}", i + 1)
+}
+
+fn node_obj(name: &str, ip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+           "status": {"addresses": [{"type": "InternalIP", "address": ip},
+                                    {"type": "Hostname", "address": name}]}})
+}
+
+/// A Namespace as the API server stores it (it labels every one with its name).
+fn namespace_obj(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}})
+}
+
+fn pod_obj(ns: &str, name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "registry.example/app",
+                                    "ports": [{"name": "http", "containerPort": 8080}]}]}})
+}
+
+/// The cluster's objects before flowmesh runs: Namespaces (with flowmesh's own), Nodes, Pods.
+fn seed(api: &MockApiServer) {
+    for ns in ["default", "flowmesh", "ns1", "ns2", "ns3"] {
+        api.put(namespace_obj(ns));
+    }
+    for (i, (name, _, _)) in NODES.iter().enumerate() {
+        api.put(node_obj(name, &node_ip(i)));
+    }
+    for (node, port, ns, _) in PODS {
+        api.put(pod_obj(ns, &format!("{node}-{port}"), json!({"app": ns})));
+    }
+}
+
+/// A controller on the Kubernetes datastore of `api`.
+fn kube_controller(dir: &Path, api: &MockApiServer, name: &str, extra: &[&str]) -> Controller {
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    api.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let kc = kubeconfig.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--datastore",
+        "kubernetes",
+        "--kubeconfig",
+        &kc,
+        "--kube-namespace",
+        "flowmesh",
+    ];
+    args.extend_from_slice(extra);
+    Controller::start(&dir.join(name), &args)
+}
+
+fn config_file(dir: &Path, mode: &str) -> PathBuf {
+    let p = dir.join(format!("cluster-{mode}.yaml"));
+    std::fs::write(
+        &p,
+        format!(
+            "clusterNetworks:\n  - cidr: 10.128.0.0/14\n    hostPrefix: 23\n\
+             serviceNetwork: 172.30.0.0/16\nmode: {mode}\nvxlanPort: 4789\nmtu: 1450\n"
+        ),
+    )
+    .expect("write config");
+    p
+}
+
+/// Attach the scenario's pods through the admin API, as the nodes' shims do.
+async fn attach_pods(admin: &mut AdminClient<Channel>) {
+    for (node, port, ns, ofport) in PODS {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let r = admin
+                .attach_pod(pa::AttachPodRequest {
+                    node: node.into(),
+                    namespace: ns.into(),
+                    name: format!("{node}-{port}"),
+                    port_name: OvsSandbox::port_name(node, port),
+                    ofport,
+                    ..Default::default()
+                })
+                .await;
+            match r {
+                Ok(_) => break,
+                // The node's switch may still be connecting.
+                Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("attach {node}-{port}: {e}"),
+            }
+        }
+    }
+}
+
+async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes: &[&str]) {
+    for node in nodes {
+        let want = desired(admin, node).await;
+        wait_for(
+            &format!("{node} to hold the desired flows"),
+            WAIT,
+            async || sbx.dump_flows(node).expect("dump") == want,
+        )
+        .await;
+    }
+}
+
+async fn netids(admin: &mut AdminClient<Channel>) -> BTreeMap<String, u32> {
+    admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("netnamespaces")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|n| (n.name, n.netid))
+        .collect()
+}
+
+fn netid_in_api(api: &MockApiServer, name: &str) -> Option<u64> {
+    api.get("netnamespaces", None, name)
+        .and_then(|o| o["netid"].as_u64())
+}
+
+fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
+    o["metadata"]["annotations"][key].as_str()
+}
+
+/// Put the change-network annotation `oc adm pod-network` writes on a NetNamespace.
+fn request_change_network(api: &MockApiServer, name: &str, value: &str) {
+    let mut o = api.get("netnamespaces", None, name).expect("netnamespace");
+    o["metadata"]["annotations"]["pod.network.openshift.io/multitenant.change-network"] =
+        json!(value);
+    api.put(o);
+}
+
+/// Wait until the request on `name` was handled (annotation gone) and its NETID is `want`.
+async fn change_handled(api: &MockApiServer, name: &str, want: impl Fn(u64) -> bool) {
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.get("netnamespaces", None, name).is_some_and(|o| {
+                annotation(&o, "pod.network.openshift.io/multitenant.change-network").is_none()
+                    && o["netid"].as_u64().is_some_and(&want)
+            })
+        })
+        .await;
+    assert!(
+        ok,
+        "change-network on {name} not carried out: {:?}",
+        api.get("netnamespaces", None, name)
+    );
+}
+
+/// Warning events about `name` (events.k8s.io/v1), as (reason, note).
+fn warnings_about(api: &MockApiServer, name: &str) -> Vec<(String, String)> {
+    api.list("events.events.k8s.io", None)
+        .into_iter()
+        .filter(|e| e["regarding"]["name"] == name && e["type"] == "Warning")
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["note"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_are_written_back_and_annotations_carried_out() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let c = kube_controller(dir.path(), &api, "c", &[]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+
+    // A HostSubnet for every Node, a NetNamespace for every Namespace, the ClusterNetwork.
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.list("hostsubnets", None).len() == 3 && a.list("netnamespaces", None).len() == 5
+        })
+        .await;
+    assert!(
+        ok,
+        "allocations not written back: {:?} {:?}",
+        api.list("hostsubnets", None),
+        api.list("netnamespaces", None)
+    );
+    let cn = api
+        .get("clusternetworks", None, "default")
+        .expect("ClusterNetwork default");
+    assert_eq!(cn["clusterNetworks"][0]["CIDR"], "10.128.0.0/14", "{cn}");
+    let subnets: BTreeMap<String, String> = admin
+        .list_host_subnets(pa::Empty {})
+        .await
+        .expect("hostsubnets")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|h| (h.node, h.subnet))
+        .collect();
+    for (i, (name, dpid, _)) in NODES.iter().enumerate() {
+        let hs = api.get("hostsubnets", None, name).expect("hostsubnet");
+        assert_eq!(hs["hostIP"], node_ip(i), "{hs}");
+        assert_eq!(hs["subnet"].as_str(), subnets.get(*name).map(String::as_str));
+        assert_eq!(
+            annotation(&hs, "flowmesh.io/datapath-id"),
+            Some(format!("{dpid:#018x}").as_str())
+        );
+    }
+    let ids = netids(&mut admin).await;
+    for ns in ["ns1", "ns2", "ns3", "flowmesh"] {
+        let id = netid_in_api(&api, ns).expect("netid");
+        assert!(id >= 10, "{ns}: {id}");
+        assert_eq!(Some(&(id as u32)), ids.get(ns));
+    }
+    assert_eq!(netid_in_api(&api, "default"), Some(0));
+
+    // Pods attached by their shims get their annotation; the bridges get their flows.
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    let p = api.get("pods", Some("ns1"), "node-a-p1").expect("pod");
+    let att: Value = serde_json::from_str(
+        annotation(&p, "flowmesh.io/attachment").expect("attachment annotation"),
+    )
+    .expect("json");
+    assert_eq!(att["node"], "node-a");
+    assert!(att["ip"].as_str().is_some_and(|ip| ip.starts_with("10.12")), "{att}");
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+
+    // oc adm pod-network join-projects --to=ns1 ns3; isolate-projects ns3; make-projects-global.
+    let ns1 = netid_in_api(&api, "ns1").expect("ns1");
+    request_change_network(&api, "ns3", "join:ns1");
+    change_handled(&api, "ns3", |id| id == ns1).await;
+    assert_eq!(netids(&mut admin).await["ns3"], ns1 as u32);
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    request_change_network(&api, "ns3", "isolate");
+    change_handled(&api, "ns3", |id| id >= 10 && id != ns1).await;
+    request_change_network(&api, "ns2", "global");
+    change_handled(&api, "ns2", |id| id == 0).await;
+    // A malformed request is removed and reported.
+    request_change_network(&api, "ns2", "merge-with:ns1");
+    change_handled(&api, "ns2", |id| id == 0).await;
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            warnings_about(a, "ns2")
+                .iter()
+                .any(|(r, n)| r == "ChangeNetworkRefused" && n.contains("merge-with:ns1"))
+        })
+        .await;
+    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+
+    // A Namespace created and deleted: its NetNamespace follows.
+    api.put(namespace_obj("ns4"));
+    assert!(
+        api.wait_for_async(WAIT, |a| netid_in_api(a, "ns4").is_some()).await,
+        "no NetNamespace for ns4"
+    );
+    api.delete("namespaces", None, "ns4");
+    assert!(
+        api.wait_for_async(WAIT, |a| a.get("netnamespaces", None, "ns4").is_none())
+            .await,
+        "NetNamespace ns4 not released"
+    );
+
+    // A Node deleted: its HostSubnet goes, the others lose their tunnel to it.
+    let before = desired(&mut admin, "node-a").await;
+    assert!(before.iter().any(|l| l.contains("172.31.0.3")), "{before:#?}");
+    api.delete("nodes", None, "node-c");
+    assert!(
+        api.wait_for_async(WAIT, |a| a.get("hostsubnets", None, "node-c").is_none())
+            .await,
+        "HostSubnet node-c not released"
+    );
+    wait_for("node-c gone from the model", WAIT, async || {
+        let now = desired(&mut admin, "node-a").await;
+        !now.iter().any(|l| l.contains("172.31.0.3"))
+    })
+    .await;
+    bridges_match(&sbx, &mut admin, &["node-a", "node-b"]).await;
+}
+
+/// A mode for NetworkPolicies: a policy added to the API shows as flows in tables 27/80 on
+/// the bridges and goes with its object; an invalid one is refused with a Warning event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_policies_follow_their_objects_and_bad_ones_are_reported() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let cfg = config_file(dir.path(), "networkpolicy");
+    let cfg = cfg.to_string_lossy().into_owned();
+    let c = kube_controller(dir.path(), &api, "c", &["--config", &cfg]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let without = sbx.dump_flows("node-a").expect("dump");
+
+    api.put(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-ns2", "namespace": "ns1"},
+        "spec": {"podSelector": {"matchLabels": {"app": "ns1"}},
+                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
+                              "ports": [{"port": "http"}]}]}
+    }));
+    wait_for("policy flows in table 80", WAIT, async || {
+        desired(&mut admin, "node-a")
+            .await
+            .iter()
+            .any(|l| l.contains("table=80") && l.contains("conjunction"))
+    })
+    .await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let listed = admin
+        .list_network_policies(pa::ListNetworkPoliciesRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+
+    api.delete("networkpolicies", Some("ns1"), "web-from-ns2");
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    assert_eq!(sbx.dump_flows("node-a").expect("dump"), without);
+
+    api.put(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "broken", "namespace": "ns1"},
+        "spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}
+    }));
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            warnings_about(a, "broken")
+                .iter()
+                .any(|(r, n)| r == "Refused" && n.contains("10.0.0.0/33"))
+        })
+        .await;
+    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    assert_eq!(sbx.dump_flows("node-a").expect("dump"), without);
+    // In this mode a change-network request is refused and removed.
+    request_change_network(&api, "ns3", "join:ns1");
+    change_handled(&api, "ns3", |id| id >= 10).await;
+    assert_ne!(netid_in_api(&api, "ns3"), netid_in_api(&api, "ns1"));
+}
+
+/// Watches dropped mid-stream and expired (410 Gone after a compaction) resume; with the API
+/// server unreachable the switches keep their flows and writes fail clearly; when it is back
+/// the controller catches up with no flow-mod beyond the change made meanwhile, and a
+/// controller restart sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_faults_and_an_unreachable_api_server_leave_the_switches_alone() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    api.set_bookmark_interval(Duration::from_millis(300));
+    seed(&api);
+    let mut c = kube_controller(dir.path(), &api, "c", &[]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+
+    api.drop_watches();
+    api.put(namespace_obj("after-drop"));
+    assert!(
+        api.wait_for_async(WAIT, |a| netid_in_api(a, "after-drop").is_some())
+            .await,
+        "a dropped watch did not resume"
+    );
+    api.compact();
+    api.expire_watches();
+    api.put(namespace_obj("after-expiry"));
+    assert!(
+        api.wait_for_async(WAIT, |a| netid_in_api(a, "after-expiry").is_some())
+            .await,
+        "an expired watch did not relist"
+    );
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+
+    // The API server goes away.
+    let mods = metric(&c, MODS);
+    let flows: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    api.set_down(true);
+    let r = ctl(c.grpc, &["label", "namespace", "ns1", "team=blue"]);
+    let err = r.fails();
+    assert!(err.contains("Kubernetes API server"), "{err}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metric(&c, MODS), mods, "flow-mods sent while the API was away");
+    let now: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(now, flows, "the switches' flows changed while the API was away");
+    // Reads still answer from the model.
+    assert_eq!(netids(&mut admin).await.len(), 7);
+
+    // Back, with a pod relabelled and a namespace made meanwhile (by others).
+    api.set_down(false);
+    api.put(namespace_obj("while-down"));
+    assert!(
+        api.wait_for_async(WAIT, |a| netid_in_api(a, "while-down").is_some())
+            .await,
+        "no catch-up after the API server came back"
+    );
+    ctl(c.grpc, &["label", "namespace", "ns1", "team=blue"]).ok();
+    let ns1 = api.get("namespaces", None, "ns1").expect("ns1");
+    assert_eq!(ns1["metadata"]["labels"]["team"], "blue", "{ns1}");
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    // Namespaces without pods and a namespace label change no flow in multitenant mode.
+    assert_eq!(metric(&c, MODS), mods, "flow-mods after the API came back");
+
+    // A controller restart against the same API and switches: nothing sent.
+    c.kill9();
+    c.spawn();
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metric(&c, MODS), 0, "a restart sent flow-mods");
+}
+
+/// The embedded default, a real etcd cluster and the Kubernetes API hold the same scenario
+/// (nodes, namespaces, pods, a join) and give byte-identical flows on real bridges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_etcd_and_kubernetes_datastores_give_identical_flows() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = EtcdCluster::start(1).expect("etcd");
+    let eps = etcd.endpoints();
+    let mut flows: Vec<(&str, Vec<Vec<String>>)> = Vec::new();
+    for store in ["embedded", "etcd", "kubernetes"] {
+        let api = MockApiServer::start_for_controller();
+        let c = match store {
+            "kubernetes" => {
+                seed(&api);
+                kube_controller(dir.path(), &api, store, &[])
+            }
+            "etcd" => Controller::start(
+                &dir.path().join(store),
+                &["--datastore", "etcd", "--etcd-endpoints", &eps],
+            ),
+            _ => Controller::start(&dir.path().join(store), &[]),
+        };
+        let sbx = sandbox(&c, &NODES);
+        let mut admin = c.admin().await;
+        if store == "kubernetes" {
+            assert!(
+                api.wait_for_async(WAIT, |a| a.list("netnamespaces", None).len() == 5)
+                    .await
+            );
+        } else {
+            // What the master does with the Kubernetes objects, through the admin API.
+            for (i, (name, dpid, _)) in NODES.iter().enumerate() {
+                admin
+                    .add_node(pa::AddNodeRequest {
+                        name: name.to_string(),
+                        node_ip: node_ip(i),
+                        dpid: *dpid,
+                    })
+                    .await
+                    .expect("add node");
+            }
+            for ns in ["flowmesh", "ns1", "ns2", "ns3"] {
+                admin
+                    .create_namespace(pa::NameRequest { name: ns.into() })
+                    .await
+                    .expect("namespace");
+            }
+        }
+        wait_synced(&mut admin, &NODE_NAMES).await;
+        attach_pods(&mut admin).await;
+        if store == "kubernetes" {
+            request_change_network(&api, "ns3", "join:ns1");
+            let ns1 = netid_in_api(&api, "ns1").expect("ns1");
+            change_handled(&api, "ns3", |id| id == ns1).await;
+        } else {
+            admin
+                .join_projects(pa::JoinProjectsRequest {
+                    namespaces: vec!["ns3".into()],
+                    to: "ns1".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("join");
+        }
+        bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+        let per_node: Vec<Vec<String>> = NODE_NAMES
+            .iter()
+            .map(|n| sbx.dump_flows(n).expect("dump"))
+            .collect();
+        assert!(per_node.iter().all(|f| f.len() > 10), "{per_node:?}");
+        flows.push((store, per_node));
+    }
+    assert_eq!(flows[0].1, flows[1].1, "embedded and etcd differ");
+    assert_eq!(flows[0].1, flows[2].1, "embedded and kubernetes differ");
+}
+
+/// (verb, API group, resource) a ClusterRole or Role of `deploy/kubernetes/10-rbac.yaml`
+/// grants.
+fn granted() -> BTreeSet<(String, String, String)> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+    use serde::Deserialize;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/10-rbac.yaml");
+    let text = std::fs::read_to_string(path).expect("read rbac");
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_yaml::Value::deserialize(de).expect("yaml");
+        match doc.get("kind").and_then(|k| k.as_str()) {
+            Some("ClusterRole") => rules.extend(
+                serde_yaml::from_value::<ClusterRole>(doc)
+                    .expect("ClusterRole")
+                    .rules
+                    .unwrap_or_default(),
+            ),
+            Some("Role") => rules.extend(
+                serde_yaml::from_value::<Role>(doc)
+                    .expect("Role")
+                    .rules
+                    .unwrap_or_default(),
+            ),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for r in rules {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                for v in &r.verbs {
+                    out.insert((v.clone(), g.clone(), res.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn used(reqs: &[RequestRecord]) -> BTreeSet<(String, String, String)> {
+    reqs.iter()
+        .map(|r| (r.verb.clone(), r.group.clone(), r.resource.clone()))
+        .collect()
+}
+
+/// A scenario that makes the controller use every call it has (conflicts injected for the
+/// re-reads, a DNS name resolved and dropped for the DNS ConfigMaps, two replicas for the
+/// Lease): the RBAC rules in deploy/ grant each call, and nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
+    use flowmesh_tests::dns::DnsServer;
+    use std::net::SocketAddrV4;
+    let zone = DnsServer::start(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).expect("dns");
+    zone.set("api.example.test", &[Ipv4Addr::new(192, 0, 2, 10)], 60);
+    let dns = zone.addr.to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    // The Cluster Network Operator's objects, as OpenShift has them.
+    api.put(json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"clusterNetwork": [{"cidr": "10.128.0.0/14", "hostPrefix": 23}],
+                            "serviceNetwork": ["172.30.0.0/16"]}}));
+    api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
+                            "openshiftSDNConfig": {"mode": "Multitenant", "vxlanPort": 4789, "mtu": 1450}}}}));
+    let c = kube_controller(
+        dir.path(),
+        &api,
+        "c",
+        &["--egress-dns-server", &dns, "--replica-id", "r1"],
+    );
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    // Every write kind once with a conflict first: the 409 makes the controller re-read.
+    for (verb, res) in [
+        ("patch", "pods"),
+        ("patch", "namespaces"),
+        ("update", "netnamespaces"),
+        ("update", "hostsubnets"),
+        ("create", "networkpolicies.networking.k8s.io"),
+        ("create", "egressnetworkpolicies"),
+        ("update", "clusternetworks"),
+        ("create", "configmaps"),
+    ] {
+        api.fail_next(verb, res, 409, 1);
+    }
+    attach_pods(&mut admin).await;
+    ctl(c.grpc, &["label", "namespace", "ns1", "team=blue"]).ok();
+    ctl(c.grpc, &["label", "pod", "ns1/node-a-p1", "tier=web"]).ok();
+    ctl(c.grpc, &["adm", "pod-network", "join-projects", "--to=ns1", "ns3"]).ok();
+    ctl(c.grpc, &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"]).ok();
+    ctl(c.grpc, &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"]).ok();
+    let manifests = dir.path().join("objects.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: p\n  namespace: ns1\n\
+         spec:\n  podSelector: {}\n---\n\
+         apiVersion: network.openshift.io/v1\nkind: EgressNetworkPolicy\nmetadata:\n  name: fw\n  namespace: ns2\n\
+         spec:\n  egress:\n  - type: Deny\n    to:\n      dnsName: api.example.test\n\
+         ---\napiVersion: network.openshift.io/v1\nkind: ClusterNetwork\nmetadata:\n  name: default\n\
+         clusterNetworks:\n- CIDR: 10.128.0.0/14\n  hostSubnetLength: 9\n\
+         serviceNetwork: 172.30.0.0/16\npluginName: redhat/openshift-ovs-multitenant\nmtu: 1400\n",
+    )
+    .expect("write");
+    let path = manifests.to_string_lossy().into_owned();
+    ctl(c.grpc, &["apply", "-f", &path]).ok();
+    // Replaced (update), then removed (delete), with the DNS record's ConfigMap.
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.list("configmaps", Some("flowmesh"))
+                .iter()
+                .any(|cm| cm["data"]["name"] == "api.example.test")
+        })
+        .await;
+    assert!(ok, "no DNS ConfigMap: {:?}", api.list("configmaps", None));
+    std::fs::write(
+        &manifests,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: p\n  namespace: ns1\n\
+         spec:\n  podSelector: {}\n  policyTypes: [Ingress, Egress]\n---\n\
+         apiVersion: network.openshift.io/v1\nkind: EgressNetworkPolicy\nmetadata:\n  name: fw\n  namespace: ns2\n\
+         spec:\n  egress:\n  - type: Deny\n    to:\n      cidrSelector: 192.0.2.0/24\n",
+    )
+    .expect("write");
+    ctl(c.grpc, &["apply", "-f", &path]).ok();
+    ctl(c.grpc, &["delete", "networkpolicy", "ns1/p"]).ok();
+    ctl(c.grpc, &["delete", "egressnetworkpolicy", "ns2/fw"]).ok();
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            !a.list("configmaps", Some("flowmesh"))
+                .iter()
+                .any(|cm| cm["data"]["name"] == "api.example.test")
+        })
+        .await;
+    assert!(ok, "the DNS ConfigMap stayed");
+    // Namespace and Node deleted; a refused request reported twice (a series: patch).
+    api.delete("namespaces", None, "ns3");
+    api.delete("nodes", None, "node-c");
+    for _ in 0..2 {
+        request_change_network(&api, "ns2", "bogus");
+        change_handled(&api, "ns2", |_| true).await;
+    }
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.get("hostsubnets", None, "node-c").is_none()
+                && a.get("netnamespaces", None, "ns3").is_none()
+                && a.requests().iter().any(|r| r.verb == "patch" && r.resource == "events")
+        })
+        .await;
+    assert!(ok, "deletes or event series missing");
+    ctl(c.grpc, &["get", "controllers"]).ok();
+    // A second replica: it creates nothing but reads the Lease; the first one's shutdown
+    // updates it (resign).
+    let c2 = kube_controller(dir.path(), &api, "c2", &["--replica-id", "r2"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(c2);
+    drop(sbx);
+    // SIGTERM: the leader resigns (updates the Lease) on its way out.
+    let mut c = c;
+    let mut child = c.child.take().expect("running");
+    support::send_signal(child.id(), "TERM");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reqs = api.requests();
+    let used = used(&reqs);
+    let granted = granted();
+    let missing: Vec<_> = used.difference(&granted).collect();
+    assert!(missing.is_empty(), "calls the RBAC rules do not grant: {missing:?}");
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(unused.is_empty(), "granted but never called: {unused:?}");
+}
+
+fn lease_holder(api: &MockApiServer) -> Option<String> {
+    api.get("leases", Some("flowmesh"), "flowmesh-controller")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+/// Two replicas on one API server: one holds the Lease and is OpenFlow master, the other is
+/// slave; the leader hangs (SIGSTOP: it stops renewing); the standby takes the Lease within
+/// the lease duration of the last renewal and becomes master on every real bridge without a
+/// single flow-mod; the old leader, resumed, steps down to slave and sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_the_lease_and_the_switches_hitlessly() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let ttl = 2;
+    let ttl_arg = ttl.to_string();
+    let cs = [
+        kube_controller(dir.path(), &api, "r1", &["--replica-id", "r1", "--leader-ttl", &ttl_arg]),
+        kube_controller(dir.path(), &api, "r2", &["--replica-id", "r2", "--leader-ttl", &ttl_arg]),
+    ];
+    let sbx = sandbox_all(&[&cs[0], &cs[1]], &NODES);
+    assert!(
+        api.wait_for_async(WAIT, |a| lease_holder(a).is_some()).await,
+        "nobody took the Lease"
+    );
+    let l = usize::from(lease_holder(&api).as_deref() == Some("r2"));
+    let (leader, standby) = (&cs[l], &cs[1 - l]);
+    let mut admin = leader.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    wait_for("the leader to be master", WAIT, async || {
+        support::granted_everywhere(leader, &NODE_NAMES, "master").await
+            && support::granted_everywhere(standby, &NODE_NAMES, "slave").await
+    })
+    .await;
+    let listed = ctl(standby.grpc, &["get", "controllers"]).ok().to_string();
+    assert!(listed.contains(&format!("r{}", l + 1)), "{listed}");
+    let mods = metric(standby, MODS);
+    let old_mods = metric(leader, MODS);
+    assert!(old_mods > 0, "the leader programmed nothing");
+    let flows: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+
+    let pid = leader.child.as_ref().expect("leader").id();
+    support::send_signal(pid, "STOP");
+    let stopped = Instant::now();
+    let want = format!("r{}", 2 - l);
+    assert!(
+        api.wait_for_async(WAIT, |a| lease_holder(a).as_deref() == Some(want.as_str()))
+            .await,
+        "the standby never took the Lease"
+    );
+    let took = stopped.elapsed();
+    wait_for("the new leader to be master", WAIT, async || {
+        support::granted_everywhere(standby, &NODE_NAMES, "master").await
+    })
+    .await;
+    let master = stopped.elapsed();
+    eprintln!("lease taken {took:?} after SIGSTOP, master everywhere after {master:?}");
+    // The last renewal was at most a third of the lease before the stop.
+    assert!(
+        took < Duration::from_secs(ttl) * 2,
+        "takeover took {took:?} with a {ttl} s lease"
+    );
+    assert_eq!(metric(standby, MODS), mods, "the takeover sent flow-mods");
+    let now: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(now, flows, "the takeover changed flows");
+    wait_for("OVS to show the new master", WAIT, async || {
+        support::master_everywhere(&sbx, &NODE_NAMES, &standby.target())
+    })
+    .await;
+
+    // The old leader wakes up: fenced by the switches' generation and its lapsed Lease.
+    support::send_signal(pid, "CONT");
+    wait_for("the old leader to be slave", WAIT, async || {
+        support::granted_everywhere(leader, &NODE_NAMES, "slave").await
+    })
+    .await;
+    assert_eq!(metric(leader, MODS), old_mods, "the deposed leader sent flow-mods");
+    assert_eq!(lease_holder(&api).as_deref(), Some(want.as_str()));
+    let mut admin = standby.admin().await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+}
