@@ -346,13 +346,23 @@ async fn network_policies_follow_their_objects_and_bad_ones_are_reported() {
                  "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
                               "ports": [{"port": "http"}]}]}
     }));
-    wait_for("policy flows in table 80", WAIT, async || {
-        desired(&mut admin, "node-a")
-            .await
+    let table80 = |flows: &[String]| -> Vec<String> {
+        flows
             .iter()
-            .any(|l| l.contains("table=80") && l.contains("conjunction"))
+            .filter(|l| l.contains("table=80"))
+            .cloned()
+            .collect()
+    };
+    // The named port resolved from the Pod's spec, the peer namespace from its label.
+    let ns2 = netid_in_api(&api, "ns2").expect("ns2");
+    wait_for("policy flows in table 80", WAIT, async || {
+        let t = table80(&desired(&mut admin, "node-a").await);
+        t.iter().any(|l| l.contains("tcp,tp_dst=8080 actions=conjunction"))
+            && t.iter()
+                .any(|l| l.contains(&format!("reg0={ns2:#x} actions=conjunction")))
     })
     .await;
+    assert_ne!(table80(&desired(&mut admin, "node-a").await), table80(&without));
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
     let listed = admin
         .list_network_policies(pa::ListNetworkPoliciesRequest::default())

@@ -1281,12 +1281,14 @@ impl KubeStore {
                 } else if nn != before {
                     out.push(Write::NetNamespace(Op::Replace(nn)));
                 }
-                // Labels live on the Namespace.
+                // Labels live on the Namespace: a new NetNamespace takes them from there (as
+                // a first attachment takes a Pod's), only an existing one's are edited.
                 let cur = match c.get(Kind::Namespace, "", &info.name) {
                     Some(Obj::Namespace(v)) => Some(v.clone()),
                     _ => None,
                 };
                 match cur {
+                    Some(_) if !exists => {}
                     Some(v) if v.labels != info.labels => {
                         out.push(Write::Namespace(Op::Merge(
                             String::new(),
