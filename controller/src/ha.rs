@@ -194,7 +194,7 @@ impl Leadership {
     /// error says why the datastore could not be read.
     pub async fn view(&self) -> Option<Result<ReplicaView, String>> {
         Some(match self.registry.get()?.clone() {
-            Registry::Etcd { client, prefix, .. } => view(client, &prefix)
+            Registry::Etcd { client, prefix, .. } => view(*client, &prefix)
                 .await
                 .map_err(|e| format!("etcd: {e}")),
             Registry::Kube(k) => crate::ha_kube::view(&k)
@@ -248,8 +248,8 @@ impl Fence {
 pub enum Registry {
     /// Keys under `prefix` in etcd.
     Etcd {
-        /// The etcd client.
-        client: Client,
+        /// The etcd client (boxed: it is large).
+        client: Box<Client>,
         /// The election's key prefix ([`ha_prefix`]).
         prefix: String,
         /// This replica's id.

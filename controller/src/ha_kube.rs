@@ -76,7 +76,11 @@ pub fn replica_lease_name(lease: &str, id: &str) -> String {
     let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    format!("{lease}-replica-{}-{:08x}", clean.trim_matches('-'), hash as u32)
+    format!(
+        "{lease}-replica-{}-{:08x}",
+        clean.trim_matches('-'),
+        hash as u32
+    )
 }
 
 /// Every replica whose Lease is fresh (renewed within three of its durations, by this
@@ -93,9 +97,7 @@ pub async fn view(r: &KubeRegistry) -> Result<ReplicaView, kube::Error> {
             let spec = l.spec.as_ref();
             let renewed = spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
             let secs = spec.and_then(|s| s.lease_duration_seconds).unwrap_or(1);
-            renewed.is_some_and(|t| {
-                now.duration_since(t).as_secs() <= 3 * i64::from(secs.max(1))
-            })
+            renewed.is_some_and(|t| now.duration_since(t).as_secs() <= 3 * i64::from(secs.max(1)))
         })
         .filter_map(|l| {
             let a = l.metadata.annotations.as_ref()?.get(REPLICA_ANNOTATION)?;

@@ -393,7 +393,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     if let Some(es) = &etcd_store {
         let id = replica_id.clone();
         leadership.set_registry(crate::ha::Registry::Etcd {
-            client: es.client(),
+            client: Box::new(es.client()),
             prefix: crate::ha::ha_prefix(es.prefix()),
             id: id.clone(),
         });

@@ -243,7 +243,10 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     for (i, (name, dpid, _)) in NODES.iter().enumerate() {
         let hs = api.get("hostsubnets", None, name).expect("hostsubnet");
         assert_eq!(hs["hostIP"], node_ip(i), "{hs}");
-        assert_eq!(hs["subnet"].as_str(), subnets.get(*name).map(String::as_str));
+        assert_eq!(
+            hs["subnet"].as_str(),
+            subnets.get(*name).map(String::as_str)
+        );
         assert_eq!(
             annotation(&hs, "flowmesh.io/datapath-id"),
             Some(format!("{dpid:#018x}").as_str())
@@ -266,7 +269,10 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     )
     .expect("json");
     assert_eq!(att["node"], "node-a");
-    assert!(att["ip"].as_str().is_some_and(|ip| ip.starts_with("10.12")), "{att}");
+    assert!(
+        att["ip"].as_str().is_some_and(|ip| ip.starts_with("10.12")),
+        "{att}"
+    );
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 
     // oc adm pod-network join-projects --to=ns1 ns3; isolate-projects ns3; make-projects-global.
@@ -292,10 +298,34 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 
+    // Nodes and namespaces are the API's: the admin API cannot make one the API lacks.
+    let err = ctl(c.grpc, &["namespace", "create", "nowhere"])
+        .fails()
+        .to_string();
+    assert!(err.contains("no Kubernetes Namespace"), "{err}");
+    let err = ctl(
+        c.grpc,
+        &[
+            "node",
+            "add",
+            "ghost",
+            "--ip",
+            "172.31.0.9",
+            "--dpid",
+            "0x9",
+        ],
+    )
+    .fails()
+    .to_string();
+    assert!(err.contains("no Kubernetes Node"), "{err}");
+    assert!(api.get("netnamespaces", None, "nowhere").is_none());
+    assert!(api.get("hostsubnets", None, "ghost").is_none());
+
     // A Namespace created and deleted: its NetNamespace follows.
     api.put(namespace_obj("ns4"));
     assert!(
-        api.wait_for_async(WAIT, |a| netid_in_api(a, "ns4").is_some()).await,
+        api.wait_for_async(WAIT, |a| netid_in_api(a, "ns4").is_some())
+            .await,
         "no NetNamespace for ns4"
     );
     api.delete("namespaces", None, "ns4");
@@ -307,7 +337,10 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
 
     // A Node deleted: its HostSubnet goes, the others lose their tunnel to it.
     let before = desired(&mut admin, "node-a").await;
-    assert!(before.iter().any(|l| l.contains("172.31.0.3")), "{before:#?}");
+    assert!(
+        before.iter().any(|l| l.contains("172.31.0.3")),
+        "{before:#?}"
+    );
     api.delete("nodes", None, "node-c");
     assert!(
         api.wait_for_async(WAIT, |a| a.get("hostsubnets", None, "node-c").is_none())
@@ -357,12 +390,16 @@ async fn network_policies_follow_their_objects_and_bad_ones_are_reported() {
     let ns2 = netid_in_api(&api, "ns2").expect("ns2");
     wait_for("policy flows in table 80", WAIT, async || {
         let t = table80(&desired(&mut admin, "node-a").await);
-        t.iter().any(|l| l.contains("tcp,tp_dst=8080 actions=conjunction"))
+        t.iter()
+            .any(|l| l.contains("tcp,tp_dst=8080 actions=conjunction"))
             && t.iter()
                 .any(|l| l.contains(&format!("reg0={ns2:#x} actions=conjunction")))
     })
     .await;
-    assert_ne!(table80(&desired(&mut admin, "node-a").await), table80(&without));
+    assert_ne!(
+        table80(&desired(&mut admin, "node-a").await),
+        table80(&without)
+    );
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
     let listed = admin
         .list_network_policies(pa::ListNetworkPoliciesRequest::default())
@@ -441,12 +478,19 @@ async fn watch_faults_and_an_unreachable_api_server_leave_the_switches_alone() {
     let err = r.fails();
     assert!(err.contains("Kubernetes API server"), "{err}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(metric(&c, MODS), mods, "flow-mods sent while the API was away");
+    assert_eq!(
+        metric(&c, MODS),
+        mods,
+        "flow-mods sent while the API was away"
+    );
     let now: Vec<Vec<String>> = NODE_NAMES
         .iter()
         .map(|n| sbx.dump_flows(n).expect("dump"))
         .collect();
-    assert_eq!(now, flows, "the switches' flows changed while the API was away");
+    assert_eq!(
+        now, flows,
+        "the switches' flows changed while the API was away"
+    );
     // Reads still answer from the model.
     assert_eq!(netids(&mut admin).await.len(), 7);
 
@@ -609,10 +653,12 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     let api = MockApiServer::start_for_controller();
     seed(&api);
     // The Cluster Network Operator's objects, as OpenShift has them.
-    api.put(json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
+    api.put(
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
                    "metadata": {"name": "cluster"},
                    "spec": {"clusterNetwork": [{"cidr": "10.128.0.0/14", "hostPrefix": 23}],
-                            "serviceNetwork": ["172.30.0.0/16"]}}));
+                            "serviceNetwork": ["172.30.0.0/16"]}}),
+    );
     api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
                    "metadata": {"name": "cluster"},
                    "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
@@ -642,9 +688,21 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     attach_pods(&mut admin).await;
     ctl(c.grpc, &["label", "namespace", "ns1", "team=blue"]).ok();
     ctl(c.grpc, &["label", "pod", "ns1/node-a-p1", "tier=web"]).ok();
-    ctl(c.grpc, &["adm", "pod-network", "join-projects", "--to=ns1", "ns3"]).ok();
-    ctl(c.grpc, &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"]).ok();
-    ctl(c.grpc, &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"]).ok();
+    ctl(
+        c.grpc,
+        &["adm", "pod-network", "join-projects", "--to=ns1", "ns3"],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
     let manifests = dir.path().join("objects.yaml");
     std::fs::write(
         &manifests,
@@ -698,7 +756,9 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
         .wait_for_async(WAIT, |a| {
             a.get("hostsubnets", None, "node-c").is_none()
                 && a.get("netnamespaces", None, "ns3").is_none()
-                && a.requests().iter().any(|r| r.verb == "patch" && r.resource == "events")
+                && a.requests()
+                    .iter()
+                    .any(|r| r.verb == "patch" && r.resource == "events")
         })
         .await;
     assert!(ok, "deletes or event series missing");
@@ -722,7 +782,10 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     let used = used(&reqs);
     let granted = granted();
     let missing: Vec<_> = used.difference(&granted).collect();
-    assert!(missing.is_empty(), "calls the RBAC rules do not grant: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "calls the RBAC rules do not grant: {missing:?}"
+    );
     let unused: Vec<_> = granted.difference(&used).collect();
     assert!(unused.is_empty(), "granted but never called: {unused:?}");
 }
@@ -744,12 +807,23 @@ async fn the_standby_takes_the_lease_and_the_switches_hitlessly() {
     let ttl = 2;
     let ttl_arg = ttl.to_string();
     let cs = [
-        kube_controller(dir.path(), &api, "r1", &["--replica-id", "r1", "--leader-ttl", &ttl_arg]),
-        kube_controller(dir.path(), &api, "r2", &["--replica-id", "r2", "--leader-ttl", &ttl_arg]),
+        kube_controller(
+            dir.path(),
+            &api,
+            "r1",
+            &["--replica-id", "r1", "--leader-ttl", &ttl_arg],
+        ),
+        kube_controller(
+            dir.path(),
+            &api,
+            "r2",
+            &["--replica-id", "r2", "--leader-ttl", &ttl_arg],
+        ),
     ];
     let sbx = sandbox_all(&[&cs[0], &cs[1]], &NODES);
     assert!(
-        api.wait_for_async(WAIT, |a| lease_holder(a).is_some()).await,
+        api.wait_for_async(WAIT, |a| lease_holder(a).is_some())
+            .await,
         "nobody took the Lease"
     );
     let l = usize::from(lease_holder(&api).as_deref() == Some("r2"));
@@ -811,7 +885,11 @@ async fn the_standby_takes_the_lease_and_the_switches_hitlessly() {
         support::granted_everywhere(leader, &NODE_NAMES, "slave").await
     })
     .await;
-    assert_eq!(metric(leader, MODS), old_mods, "the deposed leader sent flow-mods");
+    assert_eq!(
+        metric(leader, MODS),
+        old_mods,
+        "the deposed leader sent flow-mods"
+    );
     assert_eq!(lease_holder(&api).as_deref(), Some(want.as_str()));
     let mut admin = standby.admin().await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;

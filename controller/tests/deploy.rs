@@ -158,7 +158,8 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
 #[test]
 fn deploy_workloads_run_real_flags() {
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-    let read = |f: &str| std::fs::read_to_string(deploy_dir().join("kubernetes").join(f)).expect("read");
+    let read =
+        |f: &str| std::fs::read_to_string(deploy_dir().join("kubernetes").join(f)).expect("read");
     let d: Deployment = serde_yaml::from_str(&read("30-controller.yaml")).expect("Deployment");
     let ds: DaemonSet = serde_yaml::from_str(&read("40-node.yaml")).expect("DaemonSet");
     let ctl = &d.spec.template.spec.expect("pod spec").containers[0];
@@ -166,13 +167,17 @@ fn deploy_workloads_run_real_flags() {
     for (bin, c) in [("flowmesh-controller", ctl), ("flowmesh-shim", shim)] {
         // Flag names only: values are the pod's ($(VAR) expansions, mounted files).
         let exe = match bin {
-            "flowmesh-shim" => flowmesh_tests::cni::shim_bins().expect("shim binaries").shim,
+            "flowmesh-shim" => {
+                flowmesh_tests::cni::shim_bins()
+                    .expect("shim binaries")
+                    .shim
+            }
             _ => PathBuf::from(env!("CARGO_BIN_EXE_flowmesh-controller")),
         };
         let help = std::process::Command::new(exe)
-        .arg("--help")
-        .output()
-        .unwrap_or_else(|e| panic!("run {bin} --help: {e}"));
+            .arg("--help")
+            .output()
+            .unwrap_or_else(|e| panic!("run {bin} --help: {e}"));
         let help = String::from_utf8_lossy(&help.stdout).into_owned();
         for a in c.args.iter().flatten() {
             let flag = a.split('=').next().unwrap_or_default();

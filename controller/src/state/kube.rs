@@ -1240,11 +1240,31 @@ impl KubeStore {
                     _ => out.push(Write::ClusterNetwork(Op::Create(o))),
                 }
             }
-            Change::Put(Record::Node(n)) => out.push(host_subnet_write(c, n)),
+            Change::Put(Record::Node(n)) => {
+                // Nodes are the API's: a HostSubnet is made for a Node, not for a name.
+                if c.host_subnet(&n.info.name).is_none()
+                    && c.get(Kind::Node, "", &n.info.name).is_none()
+                {
+                    return Err(StoreError::Transaction(format!(
+                        "node {}: there is no Kubernetes Node of that name; with the kubernetes datastore nodes come from the API server (their HostSubnets are made for them)",
+                        n.info.name
+                    )));
+                }
+                out.push(host_subnet_write(c, n))
+            }
             Change::Delete(RecordKey::Node(n)) => {
                 out.push(Write::HostSubnet(Op::Delete(String::new(), n.clone())));
             }
             Change::Put(Record::Namespace(info)) => {
+                if c.net_namespace(&info.name).is_none()
+                    && info.name != "default"
+                    && c.get(Kind::Namespace, "", &info.name).is_none()
+                {
+                    return Err(StoreError::Transaction(format!(
+                        "namespace {0}: there is no Kubernetes Namespace of that name; with the kubernetes datastore namespaces come from the API server (kubectl create namespace {0})",
+                        info.name
+                    )));
+                }
                 let (mut nn, exists) = match c.net_namespace(&info.name) {
                     Some(n) => (n.clone(), true),
                     None => (
@@ -1476,7 +1496,11 @@ fn host_subnet_write(c: &Cache, n: &topology::model::NodeRecord) -> Write {
     let a = h.metadata.annotations.get_or_insert_with(Default::default);
     a.insert(DPID.into(), format!("{:#018x}", n.info.dpid));
     a.insert(POD_IP_CURSOR.into(), n.pod_ip_cursor.to_string());
-    Write::HostSubnet(if exists { Op::Replace(h) } else { Op::Create(h) })
+    Write::HostSubnet(if exists {
+        Op::Replace(h)
+    } else {
+        Op::Create(h)
+    })
 }
 
 /// A merge patch of labels from `from` to `to` (and the attachment annotation, if given),
