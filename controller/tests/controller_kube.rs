@@ -894,3 +894,63 @@ async fn the_standby_takes_the_lease_and_the_switches_hitlessly() {
     let mut admin = standby.admin().await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 }
+
+/// What flowmesh cannot do is told as a Warning event on the object: a Node with no subnet
+/// left in the cluster network, and an egress IP inside the cluster network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    // Room for two node subnets only.
+    let cfg = dir.path().join("small.yaml");
+    std::fs::write(
+        &cfg,
+        "clusterNetworks:\n  - cidr: 10.128.0.0/22\n    hostPrefix: 23\n\
+         serviceNetwork: 172.30.0.0/16\nmode: multitenant\n",
+    )
+    .expect("write");
+    let cfg = cfg.to_string_lossy().into_owned();
+    let c = kube_controller(dir.path(), &api, "c", &["--config", &cfg]);
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.list("hostsubnets", None).len() == 2
+                && warnings_about(a, "node-c")
+                    .iter()
+                    .any(|(r, _)| r == "SubnetAllocationFailed")
+        })
+        .await;
+    assert!(
+        ok,
+        "no SubnetAllocationFailed event: {:?} {:?}",
+        api.list("hostsubnets", None),
+        api.list("events.events.k8s.io", None)
+    );
+    // Reported once, not on every retry.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let n = warnings_about(&api, "node-c").len();
+    assert_eq!(n, 1, "{:?}", api.list("events.events.k8s.io", None));
+
+    let mut o = api.get("netnamespaces", None, "ns1").expect("ns1");
+    o["egressIPs"] = json!(["10.128.0.9"]);
+    api.put(o);
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            warnings_about(a, "ns1")
+                .iter()
+                .any(|(r, n)| r == "Refused" && n.contains("10.128.0.9"))
+        })
+        .await;
+    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    let mut admin = c.admin().await;
+    let ns1 = admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list")
+        .into_inner()
+        .items
+        .into_iter()
+        .find(|n| n.name == "ns1")
+        .expect("ns1");
+    assert!(ns1.egress_ips.is_empty(), "{ns1:?}");
+}
