@@ -136,13 +136,20 @@ async fn attach_pods(admin: &mut AdminClient<Channel>) {
 
 async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes: &[&str]) {
     for node in nodes {
-        let want = desired(admin, node).await;
-        wait_for(
-            &format!("{node} to hold the desired flows"),
-            WAIT,
-            async || sbx.dump_flows(node).expect("dump") == want,
-        )
-        .await;
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let want = desired(admin, node).await;
+            let have = sbx.dump_flows(node).expect("dump");
+            if have == want {
+                break;
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<_> = want.iter().filter(|l| !have.contains(l)).collect();
+                let extra: Vec<_> = have.iter().filter(|l| !want.contains(l)).collect();
+                panic!("{node}: the bridge differs from the desired flows\nmissing: {missing:#?}\nextra: {extra:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 

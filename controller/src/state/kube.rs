@@ -69,6 +69,8 @@ pub const RECORD_LABEL: &str = "flowmesh.io/record";
 /// global (`join:OTHER`, `isolate`, `global`).
 pub const CHANGE_NETWORK: &str = "pod.network.openshift.io/multitenant.change-network";
 const CURSORS_CONFIGMAP: &str = "flowmesh-cursors";
+/// How long one API request of a write may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The name of the OpenShift ClusterNetwork object.
 pub const CLUSTER_NETWORK_NAME: &str = "default";
 
@@ -1036,7 +1038,8 @@ impl KubeStore {
         self.changed.clone()
     }
 
-    /// Run `f` on the store's runtime and wait for it.
+    /// Run one API request `f` on the store's runtime and wait for it, at most
+    /// [`REQUEST_TIMEOUT`] (a hung API server must not hold the core up).
     fn block<F>(&self, f: F) -> Result<F::Output, StoreError>
     where
         F: Future + Send + 'static,
@@ -1048,10 +1051,18 @@ impl KubeStore {
             .ok_or_else(|| StoreError::Unavailable("kubernetes client stopped".into()))?;
         let (tx, rx) = std::sync::mpsc::channel();
         rt.spawn(async move {
-            let _ = tx.send(f.await);
+            let _ = tx.send(tokio::time::timeout(REQUEST_TIMEOUT, f).await);
         });
-        rx.recv()
-            .map_err(|_| StoreError::Unavailable("kubernetes client runtime stopped".into()))
+        match rx.recv() {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(_)) => Err(StoreError::Unavailable(format!(
+                "Kubernetes API server: no answer within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ))),
+            Err(_) => Err(StoreError::Unavailable(
+                "kubernetes client runtime stopped".into(),
+            )),
+        }
     }
 
     fn start_watches(&self) -> Result<(), StoreError> {
@@ -1622,6 +1633,8 @@ pub async fn client_for(path: Option<&std::path::Path>) -> Result<Client, StoreE
             ))
         })?,
     };
+    let mut config = config;
+    config.connect_timeout = Some(Duration::from_secs(5));
     Client::try_from(config).map_err(|e| StoreError::Unavailable(format!("Kubernetes client: {e}")))
 }
 
