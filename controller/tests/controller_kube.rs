@@ -305,6 +305,51 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 
+    // Egress IPs: manual on a HostSubnet, and placed automatically on a node with egressCIDRs;
+    // the automatic assignment is written back to the HostSubnet's egressIPs, as OpenShift does.
+    ctl(
+        c.grpc,
+        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &[
+            "patch",
+            "hostsubnet",
+            "node-a",
+            "--egress-cidrs=172.31.0.0/24",
+        ],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &["patch", "netnamespace", "ns1", "--egress-ips=172.31.0.60"],
+    )
+    .ok();
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            let hs = |n: &str| a.get("hostsubnets", None, n).unwrap_or_default();
+            let nn = |n: &str| a.get("netnamespaces", None, n).unwrap_or_default();
+            hs("node-b")["egressIPs"] == json!(["172.31.0.50"])
+                && hs("node-a")["egressCIDRs"] == json!(["172.31.0.0/24"])
+                && hs("node-a")["egressIPs"] == json!(["172.31.0.60"])
+                && nn("ns2")["egressIPs"] == json!(["172.31.0.50"])
+                && nn("ns1")["egressIPs"] == json!(["172.31.0.60"])
+        })
+        .await;
+    assert!(
+        ok,
+        "egress IPs not written back: {:?} {:?}",
+        api.list("hostsubnets", None),
+        api.list("netnamespaces", None)
+    );
+
     // Nodes and namespaces are the API's: the admin API cannot make one the API lacks.
     let err = ctl(c.grpc, &["namespace", "create", "nowhere"])
         .fails()
@@ -909,16 +954,23 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
     let dir = tempfile::tempdir().expect("tmp");
     let api = MockApiServer::start_for_controller();
     seed(&api);
-    // Room for two node subnets only.
-    let cfg = dir.path().join("small.yaml");
-    std::fs::write(
-        &cfg,
-        "clusterNetworks:\n  - cidr: 10.128.0.0/22\n    hostPrefix: 23\n\
-         serviceNetwork: 172.30.0.0/16\nmode: multitenant\n",
-    )
-    .expect("write");
-    let cfg = cfg.to_string_lossy().into_owned();
-    let c = kube_controller(dir.path(), &api, "c", &["--config", &cfg]);
+    // The Cluster Network Operator's objects decide the cluster network (over --config's
+    // default): room for two node subnets only.
+    api.put(
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"clusterNetwork": [{"cidr": "10.128.0.0/22", "hostPrefix": 23}],
+                            "serviceNetwork": ["172.30.0.0/16"]}}),
+    );
+    api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
+                            "openshiftSDNConfig": {"mode": "NetworkPolicy", "vxlanPort": 4790, "mtu": 1400}}}}));
+    let c = kube_controller(dir.path(), &api, "c", &[]);
+    let cn = ctl(c.grpc, &["get", "clusternetwork"]).ok().to_string();
+    for want in ["10.128.0.0/22", "/23", "networkpolicy", "4790", "1400"] {
+        assert!(cn.contains(want), "{want} not in {cn}");
+    }
     let ok = api
         .wait_for_async(WAIT, |a| {
             a.list("hostsubnets", None).len() == 2
