@@ -119,18 +119,6 @@ async fn assert_bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>
     }
 }
 
-async fn netnamespaces(admin: &mut AdminClient<Channel>) -> BTreeMap<String, u32> {
-    admin
-        .list_net_namespaces(pa::Empty {})
-        .await
-        .expect("list namespaces")
-        .into_inner()
-        .items
-        .into_iter()
-        .map(|n| (n.name, n.netid))
-        .collect()
-}
-
 async fn all_desired(admin: &mut AdminClient<Channel>) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for (node, _, _) in NODES {
@@ -185,7 +173,7 @@ async fn two_replicas_share_one_etcd_and_concurrent_writes_lose_nothing() {
         "c1 to see ns3 isolated",
         Duration::from_secs(15),
         async || {
-            let n = netnamespaces(&mut a1).await;
+            let n = support::netids(&mut a1).await;
             n.get("ns3") != n.get("ns1")
         },
     )
@@ -222,13 +210,13 @@ async fn two_replicas_share_one_etcd_and_concurrent_writes_lose_nothing() {
         "both replicas to hold every namespace",
         Duration::from_secs(15),
         async || {
-            let n1 = netnamespaces(&mut a1).await;
+            let n1 = support::netids(&mut a1).await;
             n1.keys().filter(|k| k.starts_with("race-")).count() == 24
-                && netnamespaces(&mut a2).await == n1
+                && support::netids(&mut a2).await == n1
         },
     )
     .await;
-    let n1 = netnamespaces(&mut a1).await;
+    let n1 = support::netids(&mut a1).await;
     let racers: BTreeMap<&String, &u32> =
         n1.iter().filter(|(k, _)| k.starts_with("race-")).collect();
     assert_eq!(racers.len(), 24, "{n1:?}");
@@ -349,7 +337,7 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
         .into_inner()
         .items;
     assert!(sw.iter().all(|s| s.connected), "{sw:?}");
-    let ns = netnamespaces(&mut a1).await;
+    let ns = support::netids(&mut a1).await;
     assert!(!ns.contains_key("no-quorum"), "{ns:?}");
     assert!(
         again.message().contains("unavailable") || again.message().contains("quorum"),
@@ -395,7 +383,7 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
         "writes accepted again {} ms after quorum returned",
         t.elapsed().as_millis()
     );
-    let ns = netnamespaces(&mut a1).await;
+    let ns = support::netids(&mut a1).await;
     assert!(ns.contains_key("after-one"), "{ns:?}");
     // The write refused on a timeout had an unknown outcome: whatever etcd decided, the model
     // follows etcd, and the switches follow the model.

@@ -71,24 +71,16 @@ async fn populate(admin: &mut AdminClient<Channel>) {
     for ns in ["ns1", "ns2"] {
         write_ns(admin, ns).await.expect("namespace");
     }
-    for (node, port, ns, ofport) in [
-        ("node-a", "p1", "ns1", 3),
-        ("node-a", "p2", "ns2", 4),
-        ("node-b", "p1", "ns1", 3),
-        ("node-c", "p1", "ns2", 3),
-    ] {
-        admin
-            .attach_pod(pa::AttachPodRequest {
-                node: node.into(),
-                namespace: ns.into(),
-                name: format!("{node}-{port}"),
-                port_name: OvsSandbox::port_name(node, port),
-                ofport,
-                ..Default::default()
-            })
-            .await
-            .expect("attach pod");
-    }
+    support::attach_pods(
+        admin,
+        &[
+            ("node-a", "p1", "ns1", 3),
+            ("node-a", "p2", "ns2", 4),
+            ("node-b", "p1", "ns1", 3),
+            ("node-c", "p1", "ns2", 3),
+        ],
+    )
+    .await;
 }
 
 /// Every bridge holds what `admin`'s replica computes for it.

@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{ctl, desired, metric, sandbox, sandbox_all, wait_for, wait_synced, Controller};
+use support::{
+    ctl, desired, metric, netids, sandbox, sandbox_all, wait_for, wait_synced, Controller,
+};
 use tonic::transport::Channel;
 
 const MODS: &str = "flowmesh_flow_mods_sent_total";
@@ -34,7 +36,7 @@ const NODES: [support::NodeSpec<'static>; 3] = [
 const NODE_NAMES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
 /// (node, port, namespace, ofport) of the scenario's pods; a pod is named `NODE-PORT`.
-const PODS: [(&str, &str, &str, u32); 4] = [
+const PODS: [support::PodSpec<'static>; 4] = [
     ("node-a", "p1", "ns1", 3),
     ("node-a", "p2", "ns2", 4),
     ("node-b", "p1", "ns1", 3),
@@ -77,6 +79,21 @@ fn seed(api: &MockApiServer) {
     }
 }
 
+/// The Cluster Network Operator's `Network cluster` objects (config and operator), with one
+/// cluster network range (/23 per node) and the services at 172.30.0.0/16.
+fn cno_objects(api: &MockApiServer, cidr: &str, mode: &str, vxlan_port: u16, mtu: u32) {
+    api.put(
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"clusterNetwork": [{"cidr": cidr, "hostPrefix": 23}],
+                            "serviceNetwork": ["172.30.0.0/16"]}}),
+    );
+    api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
+                   "metadata": {"name": "cluster"},
+                   "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
+                            "openshiftSDNConfig": {"mode": mode, "vxlanPort": vxlan_port, "mtu": mtu}}}}));
+}
+
 /// A controller on the Kubernetes datastore of `api`.
 fn kube_controller(dir: &Path, api: &MockApiServer, name: &str, extra: &[&str]) -> Controller {
     let kubeconfig = dir.join(format!("{name}.kubeconfig"));
@@ -109,29 +126,7 @@ fn config_file(dir: &Path, mode: &str) -> PathBuf {
 
 /// Attach the scenario's pods through the admin API, as the nodes' shims do.
 async fn attach_pods(admin: &mut AdminClient<Channel>) {
-    for (node, port, ns, ofport) in PODS {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let r = admin
-                .attach_pod(pa::AttachPodRequest {
-                    node: node.into(),
-                    namespace: ns.into(),
-                    name: format!("{node}-{port}"),
-                    port_name: OvsSandbox::port_name(node, port),
-                    ofport,
-                    ..Default::default()
-                })
-                .await;
-            match r {
-                Ok(_) => break,
-                // The node's switch may still be connecting.
-                Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Err(e) => panic!("attach {node}-{port}: {e}"),
-            }
-        }
-    }
+    support::attach_pods(admin, &PODS).await;
 }
 
 async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes: &[&str]) {
@@ -151,18 +146,6 @@ async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-async fn netids(admin: &mut AdminClient<Channel>) -> BTreeMap<String, u32> {
-    admin
-        .list_net_namespaces(pa::Empty {})
-        .await
-        .expect("netnamespaces")
-        .into_inner()
-        .items
-        .into_iter()
-        .map(|n| (n.name, n.netid))
-        .collect()
 }
 
 fn netid_in_api(api: &MockApiServer, name: &str) -> Option<u64> {
@@ -705,16 +688,7 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     let api = MockApiServer::start_for_controller();
     seed(&api);
     // The Cluster Network Operator's objects, as OpenShift has them.
-    api.put(
-        json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
-                   "metadata": {"name": "cluster"},
-                   "spec": {"clusterNetwork": [{"cidr": "10.128.0.0/14", "hostPrefix": 23}],
-                            "serviceNetwork": ["172.30.0.0/16"]}}),
-    );
-    api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
-                   "metadata": {"name": "cluster"},
-                   "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
-                            "openshiftSDNConfig": {"mode": "Multitenant", "vxlanPort": 4789, "mtu": 1450}}}}));
+    cno_objects(&api, "10.128.0.0/14", "Multitenant", 4789, 1450);
     let c = kube_controller(
         dir.path(),
         &api,
@@ -956,16 +930,7 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
     seed(&api);
     // The Cluster Network Operator's objects decide the cluster network (over --config's
     // default): room for two node subnets only.
-    api.put(
-        json!({"apiVersion": "config.openshift.io/v1", "kind": "Network",
-                   "metadata": {"name": "cluster"},
-                   "spec": {"clusterNetwork": [{"cidr": "10.128.0.0/22", "hostPrefix": 23}],
-                            "serviceNetwork": ["172.30.0.0/16"]}}),
-    );
-    api.put(json!({"apiVersion": "operator.openshift.io/v1", "kind": "Network",
-                   "metadata": {"name": "cluster"},
-                   "spec": {"defaultNetwork": {"type": "OpenShiftSDN",
-                            "openshiftSDNConfig": {"mode": "NetworkPolicy", "vxlanPort": 4790, "mtu": 1400}}}}));
+    cno_objects(&api, "10.128.0.0/22", "NetworkPolicy", 4790, 1400);
     let c = kube_controller(dir.path(), &api, "c", &[]);
     let cn = ctl(c.grpc, &["get", "clusternetwork"]).ok().to_string();
     for want in ["10.128.0.0/22", "/23", "networkpolicy", "4790", "1400"] {

@@ -30,35 +30,7 @@ async fn populate(admin: &mut proto::admin::admin_client::AdminClient<tonic::tra
         ("node-b", "p1", "ns1", 3),
         ("node-c", "p1", "ns3", 3),
     ];
-    for (node, port, ns, ofport) in pods {
-        // The switches may still be (re)connecting: an attach is refused (Unavailable) until
-        // the pod's switch is there, so retry that for a while.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        loop {
-            let r = admin
-                .attach_pod(pa::AttachPodRequest {
-                    node: node.into(),
-                    namespace: ns.into(),
-                    name: format!("{node}-{port}"),
-                    port_name: OvsSandbox::port_name(node, port),
-                    ofport,
-                    ..Default::default()
-                })
-                .await;
-            match r {
-                Err(e)
-                    if e.code() == tonic::Code::Unavailable
-                        && std::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                r => {
-                    r.expect("attach pod");
-                    break;
-                }
-            }
-        }
-    }
+    support::attach_pods(admin, &pods).await;
 }
 
 async fn assert_bridges_match(

@@ -7,8 +7,8 @@
 //! ("no leader") instead of hanging, so writes fail clearly and the watch notices.
 
 use super::{
-    Change, Guarded, Listing, Record, RecordKey, Revision, StateBackend, StoreError, Watch,
-    WatchEvent,
+    unguarded, Change, Guarded, Listing, Record, RecordKey, Revision, StateBackend, StoreError,
+    Watch, WatchEvent,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, TxnOpResponse,
@@ -303,14 +303,7 @@ impl StateBackend for EtcdStore {
     }
 
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
-        let ops: Vec<Guarded> = changes
-            .iter()
-            .map(|c| Guarded {
-                change: c.clone(),
-                expected: -1,
-            })
-            .collect();
-        self.apply_guarded(&ops).map(|_| ())
+        self.apply_guarded(&unguarded(changes)).map(|_| ())
     }
 
     /// One transaction: `mod_revision(key) == expected` for every key (a missing key has mod

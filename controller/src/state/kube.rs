@@ -26,8 +26,8 @@
 //! record (a pod's labels are the Pod's, never the attacher's) comes back as a watched change.
 
 use super::{
-    coalesce, Change, CursorsRecord, Guarded, Listing, Record, RecordKey, Revision, StateBackend,
-    StoreError, Watch, WatchEvent,
+    coalesce, unguarded, Change, CursorsRecord, Guarded, Listing, Record, RecordKey, Revision,
+    StateBackend, StoreError, Watch, WatchEvent,
 };
 use crate::egress_firewall::DnsRecord;
 use crate::openshift::{
@@ -2002,14 +2002,7 @@ impl StateBackend for KubeStore {
     }
 
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
-        let ops: Vec<Guarded> = changes
-            .iter()
-            .map(|c| Guarded {
-                change: c.clone(),
-                expected: -1,
-            })
-            .collect();
-        self.apply_guarded(&ops).map(|_| ())
+        self.apply_guarded(&unguarded(changes)).map(|_| ())
     }
 
     fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {

@@ -162,6 +162,17 @@ pub trait StateBackend: Send + Sync + 'static {
 }
 
 /// Keep the last change per key of a batch, in first-seen key order, with the first
+/// Changes as guarded writes that compare nothing (a plain [`StateBackend::apply`]).
+pub(crate) fn unguarded(changes: &[Change]) -> Vec<Guarded> {
+    changes
+        .iter()
+        .map(|c| Guarded {
+            change: c.clone(),
+            expected: -1,
+        })
+        .collect()
+}
+
 /// expectation of each key (the revision the batch started from).
 pub fn coalesce(changes: &[Guarded]) -> Vec<(RecordKey, Guarded)> {
     let mut order: Vec<RecordKey> = Vec::new();

@@ -357,3 +357,48 @@ pub fn master_everywhere(sbx: &OvsSandbox, nodes: &[&str], target: &str) -> bool
             && roles.iter().all(|(t, r)| t == target || r == "slave")
     })
 }
+
+/// A pod to attach: (node, port on its bridge, namespace, ofport); it is named `NODE-PORT`.
+pub type PodSpec<'a> = (&'a str, &'a str, &'a str, u32);
+
+/// Attach `pods` through the admin API, as the nodes' shims do. An attach is refused
+/// (UNAVAILABLE) until the pod's switch is connected: that is retried for a while.
+pub async fn attach_pods(admin: &mut AdminClient<Channel>, pods: &[PodSpec<'_>]) {
+    for (node, port, ns, ofport) in pods {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = admin
+                .attach_pod(pa::AttachPodRequest {
+                    node: node.to_string(),
+                    namespace: ns.to_string(),
+                    name: format!("{node}-{port}"),
+                    port_name: OvsSandbox::port_name(node, port),
+                    ofport: *ofport,
+                    ..Default::default()
+                })
+                .await;
+            match r {
+                Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                r => {
+                    r.unwrap_or_else(|e| panic!("attach {node}-{port}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Every namespace's NETID, as the controller lists them.
+pub async fn netids(admin: &mut AdminClient<Channel>) -> std::collections::BTreeMap<String, u32> {
+    admin
+        .list_net_namespaces(pa::Empty {})
+        .await
+        .expect("list netnamespaces")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|n| (n.name, n.netid))
+        .collect()
+}
