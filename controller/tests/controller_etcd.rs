@@ -102,21 +102,8 @@ async fn populate(admin: &mut AdminClient<Channel>) {
 }
 
 async fn assert_bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>) {
-    for (node, _, _) in NODES {
-        let want = desired(admin, node).await;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let have = sbx.dump_flows(node).expect("dump-flows");
-            if have == want {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{node}: bridge differs from desired\nhave: {have:#?}\nwant: {want:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let nodes: Vec<&str> = NODES.iter().map(|(n, _, _)| *n).collect();
+    support::bridges_match(sbx, admin, &nodes).await;
 }
 
 async fn all_desired(admin: &mut AdminClient<Channel>) -> Vec<Vec<String>> {

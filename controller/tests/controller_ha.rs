@@ -85,15 +85,7 @@ async fn populate(admin: &mut AdminClient<Channel>) {
 
 /// Every bridge holds what `admin`'s replica computes for it.
 async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>) {
-    for (node, _, _) in NODES {
-        let want = desired(admin, node).await;
-        wait_for(
-            &format!("{node} to hold the desired flows"),
-            Duration::from_secs(15),
-            async || sbx.dump_flows(node).expect("dump") == want,
-        )
-        .await;
-    }
+    support::bridges_match(sbx, admin, &node_names()).await;
 }
 
 /// Whether every switch granted `c` the master role (its ROLE_REPLY, as `get switches`

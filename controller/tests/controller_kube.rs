@@ -10,7 +10,7 @@
 mod support;
 
 use flowmesh_tests::kube_api::{MockApiServer, RequestRecord};
-use flowmesh_tests::{EtcdCluster, OvsSandbox};
+use flowmesh_tests::EtcdCluster;
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use serde_json::{json, Value};
@@ -19,7 +19,8 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::{
-    ctl, desired, metric, netids, sandbox, sandbox_all, wait_for, wait_synced, Controller,
+    bridges_match, ctl, desired, metric, netids, sandbox, sandbox_all, wait_for, wait_synced,
+    Controller,
 };
 use tonic::transport::Channel;
 
@@ -124,28 +125,23 @@ fn config_file(dir: &Path, mode: &str) -> PathBuf {
     p
 }
 
+/// An egress IP held by node-b for ns2, set with `flowmeshctl patch`.
+fn manual_egress_ip(c: &Controller) {
+    ctl(
+        c.grpc,
+        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
+    ctl(
+        c.grpc,
+        &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"],
+    )
+    .ok();
+}
+
 /// Attach the scenario's pods through the admin API, as the nodes' shims do.
 async fn attach_pods(admin: &mut AdminClient<Channel>) {
     support::attach_pods(admin, &PODS).await;
-}
-
-async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes: &[&str]) {
-    for node in nodes {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let want = desired(admin, node).await;
-            let have = sbx.dump_flows(node).expect("dump");
-            if have == want {
-                break;
-            }
-            if Instant::now() > deadline {
-                let missing: Vec<_> = want.iter().filter(|l| !have.contains(l)).collect();
-                let extra: Vec<_> = have.iter().filter(|l| !want.contains(l)).collect();
-                panic!("{node}: the bridge differs from the desired flows\nmissing: {missing:#?}\nextra: {extra:#?}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 fn netid_in_api(api: &MockApiServer, name: &str) -> Option<u64> {
@@ -290,16 +286,7 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
 
     // Egress IPs: manual on a HostSubnet, and placed automatically on a node with egressCIDRs;
     // the automatic assignment is written back to the HostSubnet's egressIPs, as OpenShift does.
-    ctl(
-        c.grpc,
-        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"],
-    )
-    .ok();
-    ctl(
-        c.grpc,
-        &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"],
-    )
-    .ok();
+    manual_egress_ip(&c);
     ctl(
         c.grpc,
         &[
@@ -719,16 +706,7 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
         &["adm", "pod-network", "join-projects", "--to=ns1", "ns3"],
     )
     .ok();
-    ctl(
-        c.grpc,
-        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.50"],
-    )
-    .ok();
-    ctl(
-        c.grpc,
-        &["patch", "netnamespace", "ns2", "--egress-ips=172.31.0.50"],
-    )
-    .ok();
+    manual_egress_ip(&c);
     let manifests = dir.path().join("objects.yaml");
     std::fs::write(
         &manifests,

@@ -37,24 +37,8 @@ async fn assert_bridges_match(
     sbx: &OvsSandbox,
     admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>,
 ) {
-    for (node, _, _) in NODES {
-        let want = desired(admin, node).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let have = sbx.dump_flows(node).expect("dump-flows");
-            if have == want {
-                break;
-            }
-            if Instant::now() > deadline {
-                let missing: Vec<_> = want.iter().filter(|l| !have.contains(l)).collect();
-                let extra: Vec<_> = have.iter().filter(|l| !want.contains(l)).collect();
-                panic!(
-                    "{node}: bridge differs from desired\nmissing: {missing:#?}\nextra: {extra:#?}"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let nodes: Vec<&str> = NODES.iter().map(|(n, _, _)| *n).collect();
+    support::bridges_match(sbx, admin, &nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,16 +222,7 @@ impl EtcdStore {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| StoreError::Unavailable("etcd client stopped".into()))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        rt.spawn(async move {
-            let _ = tx.send(f.await);
-        });
-        rx.recv()
-            .map_err(|_| StoreError::Unavailable("etcd client runtime stopped".into()))
+        super::run_on(self.rt.as_ref(), "etcd client", f)
     }
 
     fn full_key(&self, k: &RecordKey) -> String {

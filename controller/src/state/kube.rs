@@ -1045,24 +1045,13 @@ impl KubeStore {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| StoreError::Unavailable("kubernetes client stopped".into()))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        rt.spawn(async move {
-            let _ = tx.send(tokio::time::timeout(REQUEST_TIMEOUT, f).await);
-        });
-        match rx.recv() {
-            Ok(Ok(out)) => Ok(out),
-            Ok(Err(_)) => Err(StoreError::Unavailable(format!(
+        let bounded = tokio::time::timeout(REQUEST_TIMEOUT, f);
+        super::run_on(self.rt.as_ref(), "kubernetes client", bounded)?.map_err(|_| {
+            StoreError::Unavailable(format!(
                 "Kubernetes API server: no answer within {} s",
                 REQUEST_TIMEOUT.as_secs()
-            ))),
-            Err(_) => Err(StoreError::Unavailable(
-                "kubernetes client runtime stopped".into(),
-            )),
-        }
+            ))
+        })
     }
 
     fn start_watches(&self) -> Result<(), StoreError> {

@@ -162,6 +162,26 @@ pub trait StateBackend: Send + Sync + 'static {
 }
 
 /// Keep the last change per key of a batch, in first-seen key order, with the first
+/// Run `f` on a backend's own runtime and wait for it, from any thread, async or not (the
+/// trait's methods are blocking). `client` names the backend's client in errors.
+pub(crate) fn run_on<F>(
+    rt: Option<&tokio::runtime::Runtime>,
+    client: &str,
+    f: F,
+) -> Result<F::Output, StoreError>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let rt = rt.ok_or_else(|| StoreError::Unavailable(format!("{client} stopped")))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv()
+        .map_err(|_| StoreError::Unavailable(format!("{client} runtime stopped")))
+}
+
 /// Changes as guarded writes that compare nothing (a plain [`StateBackend::apply`]).
 pub(crate) fn unguarded(changes: &[Change]) -> Vec<Guarded> {
     changes

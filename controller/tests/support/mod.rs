@@ -402,3 +402,27 @@ pub async fn netids(admin: &mut AdminClient<Channel>) -> std::collections::BTree
         .map(|n| (n.name, n.netid))
         .collect()
 }
+
+/// Wait until the bridge of every one of `nodes` holds exactly the flows the controller wants
+/// there (re-read each round: the desired set may still be changing); on a timeout, fail with
+/// the flows missing and the ones in excess.
+pub async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, nodes: &[&str]) {
+    for node in nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let want = desired(admin, node).await;
+            let have = sbx.dump_flows(node).expect("dump-flows");
+            if have == want {
+                break;
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<_> = want.iter().filter(|l| !have.contains(l)).collect();
+                let extra: Vec<_> = have.iter().filter(|l| !want.contains(l)).collect();
+                panic!(
+                    "{node}: the bridge differs from the desired flows\nmissing: {missing:#?}\nextra: {extra:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
