@@ -343,6 +343,27 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     assert!(api.get("netnamespaces", None, "nowhere").is_none());
     assert!(api.get("hostsubnets", None, "ghost").is_none());
 
+    // A Pod deleted from the API: detached, its flows gone everywhere.
+    api.delete("pods", Some("ns1"), "node-b-p1");
+    wait_for("node-b-p1 detached", WAIT, async || {
+        let pods = admin
+            .list_pods(pa::Empty {})
+            .await
+            .expect("pods")
+            .into_inner()
+            .items;
+        !pods.iter().any(|p| p.name == "node-b-p1")
+    })
+    .await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    assert!(
+        !sbx.dump_flows("node-b")
+            .expect("dump")
+            .iter()
+            .any(|l| l.contains("10.128.2.2")),
+        "node-b-p1's flows stayed"
+    );
+
     // A Namespace created and deleted: its NetNamespace follows.
     api.put(namespace_obj("ns4"));
     assert!(
