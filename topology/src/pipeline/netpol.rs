@@ -551,7 +551,8 @@ type NamedVariant = (Arc<str>, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
 
 /// One node's policy flows, sorted (no cache).
 pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, PipelineError> {
-    let fs = PolicyCache::default().node_flows(model, node)?;
+    let pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
+    let fs = PolicyCache::default().node_flows(model, node, &pods)?;
     Ok(fs.iter().cloned().collect())
 }
 
@@ -675,8 +676,9 @@ impl ConjIds {
 struct NodeEntry {
     signature: u64,
     flows: FlowSet,
-    /// What each namespace with pods on the node contributed, by the namespace's signature.
-    groups: HashMap<String, NsGroup>,
+    /// What each namespace with pods on the node contributed (by namespace name, sorted),
+    /// with the namespace's signature.
+    groups: Vec<(String, NsGroup)>,
 }
 
 /// A conjunction a node uses: its shared part (None for plain allow flows), its target
@@ -703,19 +705,34 @@ pub struct PolicyCache {
     namespace_epoch: u64,
     ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
     /// By namespace, then name.
-    policies: HashMap<String, HashMap<String, PolicyEntry>>,
+    policies: HashMap<String, HashMap<String, PolicyEntry, FastHash>, FastHash>,
     ids: ConjIds,
-    nodes: HashMap<String, NodeEntry>,
+    nodes: HashMap<String, NodeEntry, FastHash>,
     /// Number of policy entries (all namespaces).
     entries: usize,
+    /// Buffers of [`assemble`], kept between nodes: allocated afresh per node they land on
+    /// new pages each time (the heap grows by what every node keeps), which costs more than
+    /// their filling.
+    scratch: AssemblyScratch,
+}
+
+/// Working memory of [`assemble`], empty between calls.
+#[derive(Debug, Default)]
+struct AssemblyScratch {
+    /// How many conjunctions on the node use each non-target clause.
+    count: HashMap<(TableId, Clause), u32, FastHash>,
+    /// Packed key, run and index of every entry of the node's policy flows.
+    entries: Vec<([u64; 4], u32, u32)>,
 }
 
 impl PolicyCache {
-    /// The node's policy flows (empty outside networkpolicy mode).
+    /// The node's policy flows (empty outside networkpolicy mode); `pods` are the node's pods
+    /// by key ([`ClusterModel::pods_on_node`]).
     pub fn node_flows(
         &mut self,
         model: &ClusterModel,
         node: &str,
+        pods: &[&PodInfo],
     ) -> Result<FlowSet, PipelineError> {
         // Namespace selections change only with the namespaces and their labels.
         if model.namespace_epoch() != self.namespace_epoch {
@@ -729,41 +746,55 @@ impl PolicyCache {
         if self.entries > model.policy_count() {
             self.prune(model);
         }
-        let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
-        for p in model.pods_on_node(node) {
-            local.entry(p.key.namespace.as_str()).or_default().push(p);
+        // Pods by key are grouped by namespace, in namespace order.
+        let local: Vec<&[&PodInfo]> = pods
+            .chunk_by(|a, b| a.key.namespace == b.key.namespace)
+            .collect();
+        // Each namespace's policies with their stamps, looked up once: one slice per namespace.
+        let mut stamped: Vec<(&NetworkPolicy, u64)> = Vec::new();
+        let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(local.len());
+        for ns_pods in &local {
+            let start = stamped.len();
+            stamped.extend(model.policies_in_stamped(namespace_of(ns_pods)));
+            spans.push(start..stamped.len());
         }
         let ns_sigs: Vec<u64> = local
             .iter()
-            .map(|(ns, pods)| ns_signature(model, ns, pods))
+            .zip(&spans)
+            .map(|(ns_pods, span)| ns_signature(model, &stamped[span.clone()], ns_pods))
             .collect();
         let signature = {
             use std::hash::{BuildHasher, Hash, Hasher};
             let mut h = FastHash::default().build_hasher();
             (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
-            (local.keys().collect::<Vec<_>>(), &ns_sigs).hash(&mut h);
+            for ns_pods in &local {
+                namespace_of(ns_pods).hash(&mut h);
+            }
+            ns_sigs.hash(&mut h);
             h.finish()
         };
-        let mut prev = match self.nodes.remove(node) {
+        let prev = match self.nodes.remove(node) {
             Some(e) if e.signature == signature => {
                 let flows = e.flows.clone();
                 self.nodes.insert(node.to_string(), e);
                 return Ok(flows);
             }
             Some(e) => e.groups,
-            None => HashMap::new(),
+            None => Vec::new(),
         };
-        let mut groups: HashMap<String, NsGroup> = HashMap::with_capacity(local.len());
-        for ((ns, pods), sig) in local.iter().zip(ns_sigs) {
-            let g = match prev.remove(*ns) {
-                Some(g) if g.signature == sig => g,
-                _ => self.ns_group(model, ns, pods, sig)?,
+        let mut prev = prev.into_iter().peekable();
+        let mut groups: Vec<(String, NsGroup)> = Vec::with_capacity(local.len());
+        for ((ns_pods, span), sig) in local.iter().zip(&spans).zip(ns_sigs) {
+            let ns = namespace_of(ns_pods);
+            // Both lists are in namespace order: a merge join.
+            while prev.next_if(|(p, _)| p.as_str() < ns).is_some() {}
+            let g = match prev.next_if(|(p, _)| p == ns) {
+                Some((_, g)) if g.signature == sig => g,
+                _ => self.ns_group(model, &stamped[span.clone()], ns_pods, sig)?,
             };
-            groups.insert(ns.to_string(), g);
+            groups.push((ns.to_string(), g));
         }
-        let mut ordered: Vec<(&String, &NsGroup)> = groups.iter().collect();
-        ordered.sort_by(|a, b| a.0.cmp(b.0));
-        let flows = assemble(ordered.into_iter().map(|(_, g)| g))?;
+        let flows = assemble(&mut self.scratch, groups.iter().map(|(_, g)| g))?;
         self.nodes.insert(
             node.to_string(),
             NodeEntry {
@@ -802,7 +833,7 @@ impl PolicyCache {
     fn ns_group(
         &mut self,
         model: &ClusterModel,
-        ns: &str,
+        policies: &[(&NetworkPolicy, u64)],
         pods: &[&PodInfo],
         signature: u64,
     ) -> Result<NsGroup, PipelineError> {
@@ -814,7 +845,7 @@ impl PolicyCache {
         // Pods isolated per direction (a policy of that type selects them).
         let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
-        for (p, policy_stamp) in model.policies_in_stamped(ns) {
+        for &(p, policy_stamp) in policies {
             let selected: Vec<&PodInfo> = pods
                 .iter()
                 .copied()
@@ -895,14 +926,28 @@ impl PolicyCache {
     }
 }
 
+/// The namespace of a non-empty run of one namespace's pods.
+fn namespace_of<'p>(pods: &[&'p PodInfo]) -> &'p str {
+    pods.first().map_or("", |p| p.key.namespace.as_str())
+}
+
 /// A hash of what one namespace's contribution to a node depends on besides what the
-/// policies' stamps cover: its pods there (name, address, labels, named ports) and the stamps
-/// of its policies.
-fn ns_signature(model: &ClusterModel, ns: &str, pods: &[&PodInfo]) -> u64 {
+/// policies' stamps cover: its pods there (name, address, labels, named ports) and its
+/// policies with their stamps.
+fn ns_signature(
+    model: &ClusterModel,
+    policies: &[(&NetworkPolicy, u64)],
+    pods: &[&PodInfo],
+) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = FastHash::default().build_hasher();
-    (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
-    for (p, stamp) in model.policies_in_stamped(ns) {
+    (
+        model.policy_reset_epoch(),
+        model.config_epoch(),
+        namespace_of(pods),
+    )
+        .hash(&mut h);
+    for (p, stamp) in policies {
         (&p.name, stamp).hash(&mut h);
     }
     for p in pods {
@@ -998,12 +1043,13 @@ fn clause_flows(
 /// [`target_flows`]), the peer and port clause flows several of its conjunctions share
 /// (merged here, across namespaces), and each shared conjunction's run less those entries.
 fn assemble<'g>(
+    scratch: &mut AssemblyScratch,
     groups: impl Iterator<Item = &'g NsGroup> + Clone,
 ) -> Result<FlowSet, PipelineError> {
     let used = groups.clone().flat_map(|g| g.used.iter());
     type ClauseKey = (TableId, Clause);
-    // How many conjunctions on this node use each non-target clause.
-    let mut count: HashMap<ClauseKey, u32, FastHash> = HashMap::default();
+    let count = &mut scratch.count;
+    count.clear();
     for (shared, _, dir, _) in used.clone() {
         if let Some(c) = shared {
             for (cl, _) in c.clauses.iter().flatten() {
@@ -1042,7 +1088,7 @@ fn assemble<'g>(
     let cross: SharedRun = Arc::from(flows);
     let mut owns: Vec<SharedRun> = vec![cross];
     owns.extend(groups.map(|g| g.own.clone()));
-    Ok(merge_parts(&owns, &parts))
+    Ok(merge_parts(&mut scratch.entries, &owns, &parts))
 }
 
 /// A fast, fixed-seed hasher for the per-node maps (keys are our own values, not input).
@@ -1060,14 +1106,19 @@ type Part<'a> = (
 /// unique (a clause two conjunctions use is in an own run only), so sorting the entries by
 /// their packed keys is the merge; flows whose key does not pack go through
 /// [`FlowSet::merge`].
-fn merge_parts(owns: &[SharedRun], parts: &[Part<'_>]) -> FlowSet {
+fn merge_parts(
+    entries: &mut Vec<([u64; 4], u32, u32)>,
+    owns: &[SharedRun],
+    parts: &[Part<'_>],
+) -> FlowSet {
+    entries.clear();
     let packed = (|| {
         let own_total: usize = owns.iter().map(|r| r.len()).sum();
         let total: usize = parts
             .iter()
             .flat_map(|(_, _, r)| r.iter().map(|(_, r)| r.len()))
             .sum();
-        let mut entries: Vec<([u64; 4], u32, u32)> = Vec::with_capacity(own_total + total);
+        entries.reserve(own_total + total);
         for (o, run) in owns.iter().enumerate() {
             for (i, f) in run.iter().enumerate() {
                 entries.push((packed_key(f)?, o as u32, i as u32));
@@ -1083,16 +1134,16 @@ fn merge_parts(owns: &[SharedRun], parts: &[Part<'_>]) -> FlowSet {
             }
         }
         entries.sort_unstable_by_key(|e| e.0);
-        Some(entries)
+        Some(())
     })();
-    let Some(entries) = packed else {
+    if packed.is_none() {
         let mut sets: Vec<FlowSet> = owns
             .iter()
             .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]))
             .collect();
         sets.extend(parts.iter().map(|(_, _, r)| FlowSet::from_chain(r.clone())));
         return FlowSet::merge(sets, Vec::new());
-    };
+    }
     let run_of = |p: u32| -> Option<&SharedRun> {
         let p = p as usize;
         match p.checked_sub(owns.len()) {
@@ -1109,7 +1160,7 @@ fn merge_parts(owns: &[SharedRun], parts: &[Part<'_>]) -> FlowSet {
             }
         }
     };
-    for (_, p, i) in entries {
+    for &(_, p, i) in entries.iter() {
         let i = i as usize;
         match &mut cur {
             Some((cp, _, end)) if *cp == p && *end == i => *end = i + 1,
