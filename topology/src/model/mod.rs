@@ -326,6 +326,8 @@ struct NamespaceEntry {
     pods: BTreeSet<String>,
     labels: Labels,
     multicast: bool,
+    /// The `policy_epoch` at which a policy of this namespace last came, went or was stamped.
+    policies_stamp: u64,
 }
 
 impl NamespaceEntry {

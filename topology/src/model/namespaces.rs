@@ -67,6 +67,7 @@ impl ClusterModel {
                 pods: BTreeSet::new(),
                 labels: Labels::new(),
                 multicast: false,
+                policies_stamp: self.policy_epoch,
             },
         );
     }

@@ -428,6 +428,7 @@ impl ClusterModel {
         self.policy_index.insert(&p);
         self.policies.insert(key.clone(), p);
         self.policy_epoch += 1;
+        self.stamp_namespace_policies(&key.0);
         self.policy_stamps.insert(key, self.policy_epoch);
         Ok(a)
     }
@@ -444,6 +445,7 @@ impl ClusterModel {
         }
         self.policy_epoch += 1;
         self.policy_stamps.remove(&key);
+        self.stamp_namespace_policies(namespace);
         if !self.is_policy_mode() {
             return Ok(Affected::none());
         }
@@ -518,8 +520,26 @@ impl ClusterModel {
 
     pub(super) fn touch_policies(&mut self, keys: impl IntoIterator<Item = PolicyKey>) {
         for k in keys {
+            self.stamp_namespace_policies(&k.0);
             self.policy_stamps.insert(k, self.policy_epoch);
         }
+    }
+
+    /// Record that a policy of `namespace` came, went or was stamped (see
+    /// [`Self::namespace_policies_stamp`]).
+    fn stamp_namespace_policies(&mut self, namespace: &str) {
+        if let Some(e) = self.namespaces.get_mut(namespace) {
+            e.policies_stamp = self.policy_epoch;
+        }
+    }
+
+    /// The `policy_epoch` at which a policy of `namespace` last came, went or was stamped: while
+    /// it (and [`Self::policy_reset_epoch`]) is unchanged, so are the namespace's policies and
+    /// their stamps ([`Self::policies_in_stamped`]), and a cache need not look at them.
+    pub fn namespace_policies_stamp(&self, namespace: &str) -> u64 {
+        self.namespaces
+            .get(namespace)
+            .map_or(0, |e| e.policies_stamp)
     }
 
     /// Counter bumped whenever a namespace comes, goes or is relabelled (what namespace

@@ -750,18 +750,9 @@ impl PolicyCache {
         let local: Vec<&[&PodInfo]> = pods
             .chunk_by(|a, b| a.key.namespace == b.key.namespace)
             .collect();
-        // Each namespace's policies with their stamps, looked up once: one slice per namespace.
-        let mut stamped: Vec<(&NetworkPolicy, u64)> = Vec::new();
-        let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(local.len());
-        for ns_pods in &local {
-            let start = stamped.len();
-            stamped.extend(model.policies_in_stamped(namespace_of(ns_pods)));
-            spans.push(start..stamped.len());
-        }
         let ns_sigs: Vec<u64> = local
             .iter()
-            .zip(&spans)
-            .map(|(ns_pods, span)| ns_signature(model, &stamped[span.clone()], ns_pods))
+            .map(|ns_pods| ns_signature(model, ns_pods))
             .collect();
         let signature = {
             use std::hash::{BuildHasher, Hash, Hasher};
@@ -784,13 +775,13 @@ impl PolicyCache {
         };
         let mut prev = prev.into_iter().peekable();
         let mut groups: Vec<(String, NsGroup)> = Vec::with_capacity(local.len());
-        for ((ns_pods, span), sig) in local.iter().zip(&spans).zip(ns_sigs) {
+        for (ns_pods, sig) in local.iter().zip(ns_sigs) {
             let ns = namespace_of(ns_pods);
             // Both lists are in namespace order: a merge join.
             while prev.next_if(|(p, _)| p.as_str() < ns).is_some() {}
             let g = match prev.next_if(|(p, _)| p == ns) {
                 Some((_, g)) if g.signature == sig => g,
-                _ => self.ns_group(model, &stamped[span.clone()], ns_pods, sig)?,
+                _ => self.ns_group(model, ns, ns_pods, sig)?,
             };
             groups.push((ns.to_string(), g));
         }
@@ -833,7 +824,7 @@ impl PolicyCache {
     fn ns_group(
         &mut self,
         model: &ClusterModel,
-        policies: &[(&NetworkPolicy, u64)],
+        ns: &str,
         pods: &[&PodInfo],
         signature: u64,
     ) -> Result<NsGroup, PipelineError> {
@@ -845,7 +836,7 @@ impl PolicyCache {
         // Pods isolated per direction (a policy of that type selects them).
         let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
-        for &(p, policy_stamp) in policies {
+        for (p, policy_stamp) in model.policies_in_stamped(ns) {
             let selected: Vec<&PodInfo> = pods
                 .iter()
                 .copied()
@@ -932,24 +923,14 @@ fn namespace_of<'p>(pods: &[&'p PodInfo]) -> &'p str {
 }
 
 /// A hash of what one namespace's contribution to a node depends on besides what the
-/// policies' stamps cover: its pods there (name, address, labels, named ports) and its
-/// policies with their stamps.
-fn ns_signature(
-    model: &ClusterModel,
-    policies: &[(&NetworkPolicy, u64)],
-    pods: &[&PodInfo],
-) -> u64 {
+/// policies' stamps cover: its pods there (name, address, labels, named ports), and when its
+/// policies or their stamps last changed.
+fn ns_signature(model: &ClusterModel, pods: &[&PodInfo]) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
+    let ns = namespace_of(pods);
     let mut h = FastHash::default().build_hasher();
-    (
-        model.policy_reset_epoch(),
-        model.config_epoch(),
-        namespace_of(pods),
-    )
-        .hash(&mut h);
-    for (p, stamp) in policies {
-        (&p.name, stamp).hash(&mut h);
-    }
+    (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
+    model.namespace_policies_stamp(ns).hash(&mut h);
     for p in pods {
         (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
     }
