@@ -95,7 +95,12 @@ enum Clause {
 
 impl Clause {
     fn to_match(self) -> Match {
-        let ip = Match::new().eth_type(IPV4);
+        // Room for exactly its fields: the built flow keeps this allocation as it is.
+        let fields = match self {
+            Clause::Port(_, Some(_)) => 3,
+            _ => 2,
+        };
+        let ip = Match::with_capacity(fields).eth_type(IPV4);
         match self {
             Clause::Net(Field::Ipv4Src, a, p) => ip.ipv4_src(a, p),
             Clause::Net(_, a, p) => ip.ipv4_dst(a, p),
@@ -599,7 +604,7 @@ impl SharedConj {
         }
         let conj = allow(
             FlowBuilder::new(table, Band::PolicyConjunction, cookie)
-                .matching(Match::new().eth_type(IPV4).conj_id(id)),
+                .matching(Match::with_capacity(2).eth_type(IPV4).conj_id(id)),
             dir,
         )
         .build()?;
@@ -694,6 +699,8 @@ struct NsGroup {
     signature: u64,
     used: Arc<Vec<Used>>,
     own: SharedRun,
+    /// Packed keys of `own`, computed once (None when one does not pack).
+    own_keys: Option<Box<[[u64; 4]]>>,
 }
 
 /// Caches what policies derive to: per policy (invalidated by its stamp) the resolved peers
@@ -723,6 +730,8 @@ struct AssemblyScratch {
     count: HashMap<(TableId, Clause), u32, FastHash>,
     /// Packed key, run and index of every entry of the node's policy flows.
     entries: Vec<([u64; 4], u32, u32)>,
+    /// The pieces of runs the node takes: run (an index into the runs) and range.
+    pieces: Vec<(u32, std::ops::Range<u32>)>,
 }
 
 impl PolicyCache {
@@ -912,6 +921,7 @@ impl PolicyCache {
         Ok(NsGroup {
             signature,
             used: Arc::new(used),
+            own_keys: own.iter().map(packed_key).collect(),
             own,
         })
     }
@@ -1038,13 +1048,19 @@ fn assemble<'g>(
             }
         }
     }
+    let pieces = &mut scratch.pieces;
+    pieces.clear();
+    let mut runs: Vec<KeyedRun<'_>> = Vec::new();
+    for g in groups {
+        let r = push_run(&mut runs, (&g.own, g.own_keys.as_deref()));
+        pieces.push((r, 0..g.own.len() as u32));
+    }
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
-    let mut parts: Vec<Part> = Vec::new();
     for (shared, _, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else { continue };
         // The shared run, less the clauses another conjunction here uses too.
-        let mut ranges: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+        let r = push_run(&mut runs, (&c.run, c.keys.as_deref()));
         let mut start = 0;
         for (i, cl) in c.clauses.iter().enumerate() {
             let Some((cl, k)) = cl else { continue };
@@ -1052,7 +1068,7 @@ fn assemble<'g>(
                 continue;
             }
             if start < i {
-                ranges.push((c.run.clone(), start..i));
+                pieces.push((r, start as u32..i as u32));
             }
             start = i + 1;
             let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
@@ -1060,99 +1076,85 @@ fn assemble<'g>(
             e.1 = e.1.min(*pc);
         }
         if start < c.run.len() {
-            ranges.push((c.run.clone(), start..c.run.len()));
+            pieces.push((r, start as u32..c.run.len() as u32));
         }
-        parts.push((c.run.clone(), c.keys.as_deref(), ranges));
     }
     let mut flows: Vec<Flow> = Vec::with_capacity(merged.len());
     clause_flows(merged, &mut flows)?;
     let cross: SharedRun = Arc::from(flows);
-    let mut owns: Vec<SharedRun> = vec![cross];
-    owns.extend(groups.map(|g| g.own.clone()));
-    Ok(merge_parts(&mut scratch.entries, &owns, &parts))
+    let cross_keys: Option<Vec<[u64; 4]>> = cross.iter().map(packed_key).collect();
+    let r = push_run(&mut runs, (&cross, cross_keys.as_deref()));
+    pieces.push((r, 0..cross.len() as u32));
+    Ok(merge_parts(&mut scratch.entries, &runs, pieces))
 }
 
 /// A fast, fixed-seed hasher for the per-node maps (keys are our own values, not input).
 type FastHash = foldhash::fast::FixedState;
 
-/// A shared conjunction's run a node uses, its packed keys (None when one does not pack), and
-/// the pieces of the run the node takes.
-type Part<'a> = (
-    SharedRun,
-    Option<&'a [[u64; 4]]>,
-    Vec<(SharedRun, std::ops::Range<usize>)>,
-);
+/// A sorted run a node's policy flows take pieces of, and its packed keys (None when one does
+/// not pack).
+type KeyedRun<'a> = (&'a SharedRun, Option<&'a [[u64; 4]]>);
 
-/// The node's own runs (whole) merged with the pieces of the shared runs it uses. Every key is
-/// unique (a clause two conjunctions use is in an own run only), so sorting the entries by
-/// their packed keys is the merge; flows whose key does not pack go through
+/// Add a run to `runs`; its index there.
+fn push_run<'a>(runs: &mut Vec<KeyedRun<'a>>, run: KeyedRun<'a>) -> u32 {
+    runs.push(run);
+    runs.len() as u32 - 1
+}
+
+/// The pieces (run index, range) of `runs` a node takes, merged. Every key is unique (a
+/// clause two conjunctions use is in the node's merged clause flows only), so sorting the
+/// entries by their packed keys is the merge; flows whose key does not pack go through
 /// [`FlowSet::merge`].
 fn merge_parts(
     entries: &mut Vec<([u64; 4], u32, u32)>,
-    owns: &[SharedRun],
-    parts: &[Part<'_>],
+    runs: &[KeyedRun<'_>],
+    pieces: &[(u32, std::ops::Range<u32>)],
 ) -> FlowSet {
     entries.clear();
     let packed = (|| {
-        let own_total: usize = owns.iter().map(|r| r.len()).sum();
-        let total: usize = parts
-            .iter()
-            .flat_map(|(_, _, r)| r.iter().map(|(_, r)| r.len()))
-            .sum();
-        entries.reserve(own_total + total);
-        for (o, run) in owns.iter().enumerate() {
-            for (i, f) in run.iter().enumerate() {
-                entries.push((packed_key(f)?, o as u32, i as u32));
-            }
-        }
-        let base = owns.len() as u32;
-        for (p, (_, keys, ranges)) in parts.iter().enumerate() {
-            let keys = (*keys)?;
-            for (_, r) in ranges {
-                for i in r.clone() {
-                    entries.push((*keys.get(i)?, base + p as u32, i as u32));
-                }
+        entries.reserve(pieces.iter().map(|(_, r)| r.len()).sum());
+        for (r, range) in pieces {
+            let keys = runs.get(*r as usize)?.1?;
+            for i in range.clone() {
+                entries.push((*keys.get(i as usize)?, *r, i));
             }
         }
         entries.sort_unstable_by_key(|e| e.0);
         Some(())
     })();
     if packed.is_none() {
-        let mut sets: Vec<FlowSet> = owns
-            .iter()
-            .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]))
-            .collect();
-        sets.extend(parts.iter().map(|(_, _, r)| FlowSet::from_chain(r.clone())));
+        let mut per_run: Vec<Vec<(SharedRun, std::ops::Range<usize>)>> =
+            vec![Vec::new(); runs.len()];
+        for (r, range) in pieces {
+            if let (Some(v), Some((run, _))) = (per_run.get_mut(*r as usize), runs.get(*r as usize))
+            {
+                v.push(((*run).clone(), range.start as usize..range.end as usize));
+            }
+        }
+        let sets = per_run.into_iter().map(FlowSet::from_chain).collect();
         return FlowSet::merge(sets, Vec::new());
     }
-    let run_of = |p: u32| -> Option<&SharedRun> {
-        let p = p as usize;
-        match p.checked_sub(owns.len()) {
-            None => owns.get(p),
-            Some(q) => parts.get(q).map(|(run, _, _)| run),
-        }
-    };
-    let mut pieces: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+    let mut out: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
     let mut cur: Option<(u32, usize, usize)> = None;
     let mut flush = |cur: Option<(u32, usize, usize)>| {
-        if let Some((cp, a, b)) = cur {
-            if let Some(run) = run_of(cp) {
-                pieces.push((run.clone(), a..b));
+        if let Some((r, a, b)) = cur {
+            if let Some((run, _)) = runs.get(r as usize) {
+                out.push(((*run).clone(), a..b));
             }
         }
     };
-    for &(_, p, i) in entries.iter() {
+    for &(_, r, i) in entries.iter() {
         let i = i as usize;
         match &mut cur {
-            Some((cp, _, end)) if *cp == p && *end == i => *end = i + 1,
+            Some((cr, _, end)) if *cr == r && *end == i => *end = i + 1,
             _ => {
                 flush(cur.take());
-                cur = Some((p, i, i + 1));
+                cur = Some((r, i, i + 1));
             }
         }
     }
     flush(cur);
-    FlowSet::from_chain(pieces)
+    FlowSet::from_chain(out)
 }
 
 #[cfg(test)]
