@@ -61,16 +61,33 @@ pub fn packed_key(f: &Flow) -> Option<[u64; 4]> {
     Some(out)
 }
 
+/// A slice `start..end` of a shared run. The bounds are 32-bit: FlowSets hold millions of
+/// slices in all (a node's policy flows are thousands of short ones), and no run comes near
+/// 2^32 flows.
 #[derive(Clone, Debug)]
 struct Run {
     flows: Arc<[Flow]>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
 }
 
 impl Run {
+    fn new(flows: Arc<[Flow]>, start: usize, end: usize) -> Self {
+        let bound = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        Run {
+            flows,
+            start: bound(start),
+            end: bound(end),
+        }
+    }
+    fn start(&self) -> usize {
+        self.start as usize
+    }
+    fn end(&self) -> usize {
+        self.end as usize
+    }
     fn slice(&self) -> &[Flow] {
-        self.flows.get(self.start..self.end).unwrap_or(&[])
+        self.flows.get(self.start()..self.end()).unwrap_or(&[])
     }
 }
 
@@ -84,7 +101,7 @@ struct Chain {
 /// Move a position (run `r`, index `i` in it) past the ends of runs.
 fn settle(runs: &[Run], r: &mut usize, i: &mut usize) {
     while let Some(run) = runs.get(*r) {
-        if *i < run.end - run.start {
+        if *i < run.end() - run.start() {
             break;
         }
         *r += 1;
@@ -99,8 +116,8 @@ impl Chain {
     /// The head as a heap entry.
     fn head(&self, idx: usize) -> Option<Head> {
         let run = self.runs.get(self.r)?;
-        let pos = run.start + self.i;
-        (pos < run.end).then(|| Head {
+        let pos = run.start() + self.i;
+        (pos < run.end()).then(|| Head {
             run: run.flows.clone(),
             pos,
             idx,
@@ -214,7 +231,7 @@ impl FlowSet {
                 let end = r.end.min(flows.len());
                 let start = r.start.min(end);
                 FlowSet {
-                    runs: vec![Run { flows, start, end }],
+                    runs: vec![Run::new(flows, start, end)],
                     groups: Arc::from([]),
                     len: end - start,
                 }
@@ -235,7 +252,7 @@ impl FlowSet {
                 continue;
             }
             len += end - start;
-            push_joined(&mut runs, Run { flows, start, end });
+            push_joined(&mut runs, Run::new(flows, start, end));
         }
         debug_assert!(runs
             .iter()
@@ -281,8 +298,8 @@ impl FlowSet {
             loop {
                 let c = &cursors[idx];
                 let Some(run) = c.runs.get(c.r) else { break };
-                let pos = run.start + c.i;
-                let slice = run.flows.get(pos..run.end).unwrap_or(&[]);
+                let pos = run.start() + c.i;
+                let slice = run.flows.get(pos..run.end()).unwrap_or(&[]);
                 let Some(tail) = slice.last() else { break };
                 let n = match heap.peek() {
                     Some(next) if key_cmp(tail, next.flow()) != Ordering::Less => slice
@@ -290,11 +307,7 @@ impl FlowSet {
                         .max(1),
                     _ => slice.len(),
                 };
-                let emitted = Run {
-                    flows: run.flows.clone(),
-                    start: pos,
-                    end: pos + n,
-                };
+                let emitted = Run::new(run.flows.clone(), pos, pos + n);
                 last = Some((run.flows.clone(), pos + n - 1));
                 let whole = n == slice.len();
                 len += n;
@@ -318,9 +331,9 @@ impl FlowSet {
                     continue;
                 };
                 // The cursor is at the start of a slice (the previous one went out whole).
-                last = Some((end.flows.clone(), end.end - 1));
+                last = Some((end.flows.clone(), end.end() - 1));
                 for run in rest.get(..before).unwrap_or(&[]) {
-                    len += run.end - run.start;
+                    len += run.end() - run.start();
                     push_joined(&mut runs, run.clone());
                 }
                 let c = &mut cursors[idx];
@@ -513,7 +526,7 @@ impl<'a> Cursor<'a> {
     fn left_in_run(&self) -> usize {
         self.runs
             .get(self.r)
-            .map_or(0, |r| (r.end - r.start).saturating_sub(self.i))
+            .map_or(0, |r| (r.end() - r.start()).saturating_sub(self.i))
     }
     fn advance(&mut self, n: usize) {
         self.i += n;
