@@ -469,9 +469,9 @@ impl ClusterModel {
         namespace: &'a str,
     ) -> impl Iterator<Item = (&'a NetworkPolicy, u64)> + 'a {
         let start = (namespace.to_string(), String::new());
-        let mut stamps = self.policy_stamps.range(start.clone()..).peekable();
+        let mut stamps = self.policy_stamps.range(&start..).peekable();
         self.policies
-            .range(start..)
+            .range(&start..)
             .take_while(move |((ns, _), _)| ns == namespace)
             .map(move |(k, p)| {
                 // Both maps are ordered by key: a merge join.

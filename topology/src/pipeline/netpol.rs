@@ -246,7 +246,7 @@ struct Peers {
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
-    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>>,
+    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
 }
 
 impl Resolver<'_, '_> {
@@ -632,11 +632,11 @@ struct PolicyEntry {
     stamp: (u64, u64, u64),
     /// The policy's cookie (0 until computed).
     cookie: u64,
-    peers: HashMap<(Direction, usize), Arc<Peers>>,
+    peers: HashMap<(Direction, usize), Arc<Peers>, FastHash>,
     /// Numeric port dimensions per rule.
-    ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>>,
+    ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>, FastHash>,
     /// Egress named-port conjunctions per rule.
-    named: HashMap<usize, Arc<Vec<NamedVariant>>>,
+    named: HashMap<usize, Arc<Vec<NamedVariant>>, FastHash>,
     /// Shared conjunctions by name.
     conjs: HashMap<Arc<str>, Arc<SharedConj>, FastHash>,
     /// Conjunction names per rule: the rule's base name and its numeric-ports variant.
@@ -648,8 +648,8 @@ struct PolicyEntry {
 /// same on every node.
 #[derive(Debug, Default)]
 struct ConjIds {
-    by_name: HashMap<String, u32>,
-    taken: HashMap<u32, String>,
+    by_name: HashMap<String, u32, FastHash>,
+    taken: HashMap<u32, String, FastHash>,
 }
 
 impl ConjIds {
@@ -710,7 +710,7 @@ struct NsGroup {
 #[derive(Debug, Default)]
 pub struct PolicyCache {
     namespace_epoch: u64,
-    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
+    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
     /// By namespace, then name.
     policies: HashMap<String, HashMap<String, PolicyEntry, FastHash>, FastHash>,
     ids: ConjIds,
@@ -905,14 +905,18 @@ impl PolicyCache {
                 }
             }
         }
+        // A pod isolated both ways has one cookie: hashed once.
+        let mut cookies: HashMap<Ipv4Addr, u64, FastHash> = HashMap::default();
         let isolated = isolated.map(|m| {
             m.into_iter()
                 .map(|(ip, pod)| {
-                    let ck = cookie::cookie(
-                        Feature::NetworkPolicy,
-                        ObjectKind::Pod,
-                        cookie::object_hash(&format!("pod/{}", pod.key)),
-                    );
+                    let ck = *cookies.entry(ip).or_insert_with(|| {
+                        cookie::cookie(
+                            Feature::NetworkPolicy,
+                            ObjectKind::Pod,
+                            cookie::object_hash(&format!("pod/{}", pod.key)),
+                        )
+                    });
                     (ip, ck)
                 })
                 .collect()
