@@ -1123,7 +1123,9 @@ fn merge_parts(
                 entries.push((*keys.get(i as usize)?, *r, i));
             }
         }
-        entries.sort_unstable_by_key(|e| e.0);
+        // Stable sort: it merges the runs already in order (each piece is sorted) instead of
+        // partitioning them; keys are unique, so the order is the same.
+        entries.sort_by_key(|e| e.0);
         Some(())
     })();
     if packed.is_none() {
