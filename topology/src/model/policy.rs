@@ -429,7 +429,8 @@ impl ClusterModel {
         self.policy_epoch += 1;
         self.stamp_namespace_policies(&key.0);
         let stamp = self.policy_epoch;
-        self.policies.insert(key, StampedPolicy { policy: p, stamp });
+        self.policies
+            .insert(key, StampedPolicy { policy: p, stamp });
         Ok(a)
     }
 
