@@ -456,6 +456,13 @@ impl Match {
         Match::default()
     }
 
+    /// The empty match with room for `n` fields (none of the regrowth of adding them).
+    pub fn with_capacity(n: usize) -> Self {
+        Match {
+            fields: Vec::with_capacity(n),
+        }
+    }
+
     /// Append any field entry.
     pub fn with(mut self, f: MatchField) -> Self {
         self.fields.push(f);

@@ -2,7 +2,8 @@
 //! pods and allowing 200 peer pods on 3 ports (flows cluster-wide, against the cross product);
 //! the full networkpolicy-mode pipeline of a synthetic cluster (default 2,000 nodes, 150,000
 //! pods, 10,000 namespaces, three policies per namespace) on one core, with peak memory; and
-//! the cost of relabelling one pod (model, recompute and diff of the affected nodes).
+//! the cost of relabelling one pod (model, recompute and diff of the affected nodes). `--hash`
+//! adds digests of every node's flows and groups (after the full compute and the relabels).
 
 use super::arg_value;
 
@@ -13,9 +14,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let pods: usize = arg_value(args, "--pods", 150_000)?;
     let namespaces: usize = arg_value(args, "--namespaces", 10_000)?;
     let samples: usize = arg_value(args, "--samples", 5)?;
-    let report =
-        topology::bench::netpol::run_netpol(policy_nodes, nodes, pods, namespaces, samples)
-            .map_err(|e| e.to_string())?;
+    // A digest of every node's flows, to check that a code change keeps them byte-identical.
+    let hash = args.iter().any(|a| a == "--hash");
+    let report = topology::bench::netpol::run_netpol_hashing(
+        policy_nodes,
+        nodes,
+        pods,
+        namespaces,
+        samples,
+        hash,
+    )
+    .map_err(|e| e.to_string())?;
     println!("{report}");
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! pods and allowing 200 peer pods on 3 ports; the full computation of a networkpolicy-mode
 //! cluster with three policies per namespace; and the cost of relabelling one pod.
 
-use super::{cpu_secs, peak_rss_kib, synthetic_cluster_in, BenchError};
+use super::{
+    cluster_digest, cpu_secs, flowset_digest, peak_rss_kib, synthetic_cluster_in, BenchError,
+};
 use crate::config::{ClusterNetworkConfig, Mode};
 use crate::model::{
     ClusterModel, LabelSelector, NetworkPolicy, Peer, PodAttach, PodMeta, PolicyPort, PolicyRule,
@@ -48,6 +50,10 @@ pub struct NetpolReport {
     pub relabel_nodes: usize,
     /// Flow changes of a relabel.
     pub relabel_changes: usize,
+    /// Digest of every node's flows and groups after the full compute (when asked for).
+    pub flows_hash: Option<String>,
+    /// The same after the relabels (when asked for).
+    pub relabelled_hash: Option<String>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -259,6 +265,20 @@ pub fn run_netpol(
     namespaces: usize,
     samples: usize,
 ) -> Result<NetpolReport, BenchError> {
+    run_netpol_hashing(policy_nodes, nodes, pods, namespaces, samples, false)
+}
+
+/// Run the benchmark; with `hash`, also digest every node's flows and groups after the full
+/// compute and after the relabels (outside the timed parts), to check that a change of the
+/// pipeline's code leaves the flows byte-identical.
+pub fn run_netpol_hashing(
+    policy_nodes: usize,
+    nodes: usize,
+    pods: usize,
+    namespaces: usize,
+    samples: usize,
+    hash: bool,
+) -> Result<NetpolReport, BenchError> {
     let mut r = NetpolReport {
         policy_nodes,
         policy_flows: policy_200x200(policy_nodes, false)?,
@@ -284,6 +304,14 @@ pub fn run_netpol(
     r.compute_cpu_secs = cpu_secs().zip(cpu0).map_or(-1.0, |(b, a)| b - a);
     r.total_flows = sets.values().map(|s| s.len() as u64).sum();
     r.peak_rss_mib = peak_rss_kib().unwrap_or(0) / 1024;
+    let mut digests: BTreeMap<String, [u8; 32]> = BTreeMap::new();
+    if hash {
+        digests = sets
+            .iter()
+            .map(|(n, fs)| (n.clone(), flowset_digest(fs)))
+            .collect();
+        r.flows_hash = Some(cluster_digest(&digests));
+    }
 
     // Web pods: relabelling one takes it out of its namespace's web-from-team policy.
     let victims: Vec<(String, String)> = m
@@ -307,6 +335,7 @@ pub fn run_netpol(
         let mut changes = 0;
         let fresh = pipeline.recompute(&m, &affected)?;
         r.relabel_nodes = fresh.len();
+        let recomputed: Vec<String> = fresh.keys().cloned().collect();
         for (n, fs) in fresh {
             if let Some(old) = sets.get(&n) {
                 changes += FlowSet::diff(old, &fs).len();
@@ -315,6 +344,16 @@ pub fn run_netpol(
         }
         times.push(t.elapsed().as_secs_f64() * 1e6);
         r.relabel_changes = changes;
+        if hash {
+            for n in recomputed {
+                if let Some(fs) = sets.get(&n) {
+                    digests.insert(n, flowset_digest(fs));
+                }
+            }
+        }
+    }
+    if hash {
+        r.relabelled_hash = Some(cluster_digest(&digests));
     }
     times.sort_by(f64::total_cmp);
     r.relabel_us = times.get(times.len() / 2).copied().unwrap_or(0.0);
@@ -365,7 +404,11 @@ impl fmt::Display for NetpolReport {
             self.relabel_us,
             self.relabel_nodes,
             self.relabel_changes
-        )
+        )?;
+        if let (Some(full), Some(relabelled)) = (&self.flows_hash, &self.relabelled_hash) {
+            write!(f, " flows_hash={full} relabelled_hash={relabelled}")?;
+        }
+        Ok(())
     }
 }
 
@@ -386,5 +429,16 @@ mod tests {
             .lines()
             .last()
             .is_some_and(|l| l.starts_with("netpol policy_200x200_flows=")));
+    }
+
+    /// The digests name the flows, not the run: two runs agree, and a relabel changes them.
+    #[test]
+    fn hashes_are_reproducible() {
+        let a = run_netpol_hashing(2, 6, 120, 12, 2, true).expect("bench");
+        let b = run_netpol_hashing(2, 6, 120, 12, 2, true).expect("bench");
+        assert!(a.flows_hash.is_some(), "{a}");
+        assert_eq!(a.flows_hash, b.flows_hash);
+        assert_eq!(a.relabelled_hash, b.relabelled_hash);
+        assert_ne!(a.flows_hash, a.relabelled_hash);
     }
 }

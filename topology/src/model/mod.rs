@@ -326,6 +326,8 @@ struct NamespaceEntry {
     pods: BTreeSet<String>,
     labels: Labels,
     multicast: bool,
+    /// The `policy_epoch` at which a policy of this namespace last came, went or was stamped.
+    policies_stamp: u64,
 }
 
 impl NamespaceEntry {
@@ -337,6 +339,13 @@ impl NamespaceEntry {
             multicast: self.multicast,
         }
     }
+}
+
+/// A policy and the `policy_epoch` at which its spec or what its peers select last changed.
+#[derive(Clone, Debug)]
+struct StampedPolicy {
+    policy: NetworkPolicy,
+    stamp: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -420,15 +429,14 @@ pub struct ClusterModel {
     netid_vertices: BTreeMap<u32, NodeIndex>,
     node_ips: BTreeMap<Ipv4Addr, String>,
     dpids: BTreeMap<u64, String>,
-    policies: BTreeMap<PolicyKey, NetworkPolicy>,
+    /// Each policy with its stamp (see [`Self::policy_stamp`]).
+    policies: BTreeMap<PolicyKey, StampedPolicy>,
     policy_index: policy::PolicyIndex,
     egress: egress_ip::EgressState,
     node_epoch: u64,
     config_epoch: u64,
     policy_epoch: u64,
     namespace_epoch: u64,
-    /// Per policy: the `policy_epoch` at which its spec or what its peers select last changed.
-    policy_stamps: BTreeMap<PolicyKey, u64>,
     /// Bumped by changes whose effect on policies is not tracked per policy (NETIDs,
     /// namespaces coming and going): every policy is stale.
     policy_reset_epoch: u64,
@@ -460,7 +468,6 @@ impl ClusterModel {
             config_epoch: 0,
             policy_epoch: 0,
             namespace_epoch: 0,
-            policy_stamps: BTreeMap::new(),
             policy_reset_epoch: 0,
             ns_by_label: BTreeMap::new(),
             firewalls: Default::default(),

@@ -67,6 +67,7 @@ impl ClusterModel {
                 pods: BTreeSet::new(),
                 labels: Labels::new(),
                 multicast: false,
+                policies_stamp: self.policy_epoch,
             },
         );
     }
@@ -90,10 +91,9 @@ impl ClusterModel {
         if self.policies.len() != before {
             self.policy_epoch += 1;
             self.policy_reset_epoch += 1;
-            self.policy_stamps.retain(|(ns, _), _| ns != name);
             self.policy_index = Default::default();
-            for p in self.policies.values() {
-                self.policy_index.insert(p);
+            for e in self.policies.values() {
+                self.policy_index.insert(&e.policy);
             }
         }
         self.replace_namespace_labels(name, Labels::new());

@@ -417,7 +417,7 @@ impl ClusterModel {
             return Err(ModelError::UnknownNamespace(p.namespace.clone()));
         }
         let key = p.key();
-        if self.policies.get(&key) == Some(&p) {
+        if self.policies.get(&key).map(|e| &e.policy) == Some(&p) {
             return Ok(Affected::none());
         }
         let mut a = self.nodes_of_namespace(&p.namespace);
@@ -426,9 +426,11 @@ impl ClusterModel {
         }
         self.policy_index.remove(&key);
         self.policy_index.insert(&p);
-        self.policies.insert(key.clone(), p);
         self.policy_epoch += 1;
-        self.policy_stamps.insert(key, self.policy_epoch);
+        self.stamp_namespace_policies(&key.0);
+        let stamp = self.policy_epoch;
+        self.policies
+            .insert(key, StampedPolicy { policy: p, stamp });
         Ok(a)
     }
 
@@ -443,7 +445,7 @@ impl ClusterModel {
             });
         }
         self.policy_epoch += 1;
-        self.policy_stamps.remove(&key);
+        self.stamp_namespace_policies(namespace);
         if !self.is_policy_mode() {
             return Ok(Affected::none());
         }
@@ -454,11 +456,12 @@ impl ClusterModel {
     pub fn policy(&self, namespace: &str, name: &str) -> Option<&NetworkPolicy> {
         self.policies
             .get(&(namespace.to_string(), name.to_string()))
+            .map(|e| &e.policy)
     }
 
     /// Every policy, by namespace and name.
     pub fn policies(&self) -> impl Iterator<Item = &NetworkPolicy> {
-        self.policies.values()
+        self.policies.values().map(|e| &e.policy)
     }
 
     /// The policies of one namespace, by name, each with its stamp (see [`Self::policy_stamp`]).
@@ -466,20 +469,10 @@ impl ClusterModel {
         &'a self,
         namespace: &'a str,
     ) -> impl Iterator<Item = (&'a NetworkPolicy, u64)> + 'a {
-        let start = (namespace.to_string(), String::new());
-        let mut stamps = self.policy_stamps.range(start.clone()..).peekable();
         self.policies
-            .range(start..)
+            .range((namespace.to_string(), String::new())..)
             .take_while(move |((ns, _), _)| ns == namespace)
-            .map(move |(k, p)| {
-                // Both maps are ordered by key: a merge join.
-                while stamps.next_if(|(sk, _)| *sk < k).is_some() {}
-                let stamp = stamps
-                    .peek()
-                    .filter(|(sk, _)| *sk == k)
-                    .map_or(0, |(_, v)| **v);
-                (p, stamp)
-            })
+            .map(|(_, e)| (&e.policy, e.stamp))
     }
 
     /// How many policies there are.
@@ -495,7 +488,7 @@ impl ClusterModel {
         self.policies
             .range((namespace.to_string(), String::new())..)
             .take_while(move |((ns, _), _)| ns == namespace)
-            .map(|(_, p)| p)
+            .map(|(_, e)| &e.policy)
     }
 
     /// Counter bumped whenever a policy, or a label a policy may look at, changes.
@@ -507,7 +500,7 @@ impl ClusterModel {
     /// changed; together with [`Self::policy_reset_epoch`] it tells a cache whether what it
     /// derived from the policy is still current.
     pub fn policy_stamp(&self, key: &PolicyKey) -> u64 {
-        self.policy_stamps.get(key).copied().unwrap_or(0)
+        self.policies.get(key).map_or(0, |e| e.stamp)
     }
 
     /// Counter bumped by changes that may affect any policy (NETIDs, namespaces coming and
@@ -518,8 +511,28 @@ impl ClusterModel {
 
     pub(super) fn touch_policies(&mut self, keys: impl IntoIterator<Item = PolicyKey>) {
         for k in keys {
-            self.policy_stamps.insert(k, self.policy_epoch);
+            self.stamp_namespace_policies(&k.0);
+            if let Some(e) = self.policies.get_mut(&k) {
+                e.stamp = self.policy_epoch;
+            }
         }
+    }
+
+    /// Record that a policy of `namespace` came, went or was stamped (see
+    /// [`Self::namespace_policies_stamp`]).
+    fn stamp_namespace_policies(&mut self, namespace: &str) {
+        if let Some(e) = self.namespaces.get_mut(namespace) {
+            e.policies_stamp = self.policy_epoch;
+        }
+    }
+
+    /// The `policy_epoch` at which a policy of `namespace` last came, went or was stamped: while
+    /// it (and [`Self::policy_reset_epoch`]) is unchanged, so are the namespace's policies and
+    /// their stamps ([`Self::policies_in_stamped`]), and a cache need not look at them.
+    pub fn namespace_policies_stamp(&self, namespace: &str) -> u64 {
+        self.namespaces
+            .get(namespace)
+            .map_or(0, |e| e.policies_stamp)
     }
 
     /// Counter bumped whenever a namespace comes, goes or is relabelled (what namespace
@@ -672,7 +685,7 @@ impl ClusterModel {
         }
         let own = self.policies_in(ns);
         keys.into_iter()
-            .filter_map(|k| self.policies.get(k))
+            .filter_map(|k| self.policies.get(k).map(|e| &e.policy))
             .chain(own)
     }
 

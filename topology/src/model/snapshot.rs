@@ -43,7 +43,7 @@ impl ClusterModel {
                 .collect(),
             subnet_cursors: self.subnets.cursors().to_vec(),
             netid_cursor: self.netids.cursor(),
-            policies: self.policies.values().cloned().collect(),
+            policies: self.policies.values().map(|e| e.policy.clone()).collect(),
             egress: self.egress_snapshot().clone(),
             egress_firewalls: self.snapshot_egress_firewalls().0,
             egress_dns: self.snapshot_egress_firewalls().1,

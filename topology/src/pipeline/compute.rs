@@ -20,7 +20,7 @@ use super::fragments::{
 };
 use super::netpol::PolicyCache;
 use crate::config::Mode;
-use crate::model::{ClusterModel, PodKey};
+use crate::model::{ClusterModel, PodInfo, PodKey};
 use ofproto::Flow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -146,9 +146,11 @@ impl Pipeline {
             .ok_or_else(|| PipelineError::UnknownNode(node.to_string()))?;
         let statics = StaticInputs::of(model, info);
         let multitenant = statics.mode == Mode::Multitenant;
+        // The node's pods, looked up once for the local, policy and multicast parts.
+        let local_pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
         let mut pods: BTreeMap<PodKey, PodInputs> = BTreeMap::new();
         let mut netids: BTreeSet<u32> = BTreeSet::new();
-        for p in model.pods_on_node(node) {
+        for p in &local_pods {
             let netid = model.effective_netid(&p.key.namespace);
             if multitenant && netid != 0 {
                 netids.insert(netid);
@@ -181,10 +183,10 @@ impl Pipeline {
                 local: local.clone(),
             },
         );
-        let policy = self.policies.node_flows(model, node)?;
+        let policy = self.policies.node_flows(model, node, &local_pods)?;
         let (egress, mut groups) = super::egress_ip::egress_flows(model, info)?;
         let egress: SharedRun = Arc::from(egress);
-        let (multicast, mc_groups) = super::multicast::node_multicast(model, node)?;
+        let (multicast, mc_groups) = super::multicast::pods_multicast(model, node, &local_pods)?;
         let multicast: SharedRun = Arc::from(multicast);
         groups.extend(mc_groups);
         groups.sort_by_key(|g| g.group_id);

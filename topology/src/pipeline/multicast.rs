@@ -20,7 +20,7 @@ use super::groups::{group_id, GroupPurpose};
 use super::priority::Band;
 use super::regs;
 use super::tables::TableId;
-use crate::model::ClusterModel;
+use crate::model::{ClusterModel, PodInfo};
 use ofproto::{Action, Bucket, Flow, Group, GroupType, Match};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -43,8 +43,14 @@ pub struct MulticastInputs {
 
 /// The multicast inputs of `node`: one entry per NETID with multicast and a local pod.
 pub fn node_inputs(model: &ClusterModel, node: &str) -> Vec<MulticastInputs> {
+    let pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
+    pods_inputs(model, node, &pods)
+}
+
+/// [`node_inputs`] of the node's pods `pods`.
+fn pods_inputs(model: &ClusterModel, node: &str, pods: &[&PodInfo]) -> Vec<MulticastInputs> {
     let mut enabled: BTreeMap<u32, bool> = BTreeMap::new();
-    for p in model.pods_on_node(node) {
+    for p in pods {
         if !model.multicast_annotated(&p.key.namespace).unwrap_or(false) {
             continue; // every namespace of the NETID must have it: this one has not
         }
@@ -125,9 +131,19 @@ pub fn node_multicast(
     model: &ClusterModel,
     node: &str,
 ) -> Result<(Vec<Flow>, Vec<Group>), PipelineError> {
+    let pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
+    pods_multicast(model, node, &pods)
+}
+
+/// [`node_multicast`] of the node's pods `pods` (looked up once by the caller).
+pub(super) fn pods_multicast(
+    model: &ClusterModel,
+    node: &str,
+    pods: &[&PodInfo],
+) -> Result<(Vec<Flow>, Vec<Group>), PipelineError> {
     let mut flows = Vec::new();
     let mut groups = Vec::new();
-    for i in node_inputs(model, node) {
+    for i in pods_inputs(model, node, pods) {
         let (f, g) = netid_multicast(&i)?;
         flows.extend(f);
         groups.extend(g);

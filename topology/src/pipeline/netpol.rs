@@ -95,7 +95,12 @@ enum Clause {
 
 impl Clause {
     fn to_match(self) -> Match {
-        let ip = Match::new().eth_type(IPV4);
+        // Room for exactly its fields: the built flow keeps this allocation as it is.
+        let fields = match self {
+            Clause::Port(_, Some(_)) => 3,
+            _ => 2,
+        };
+        let ip = Match::with_capacity(fields).eth_type(IPV4);
         match self {
             Clause::Net(Field::Ipv4Src, a, p) => ip.ipv4_src(a, p),
             Clause::Net(_, a, p) => ip.ipv4_dst(a, p),
@@ -241,7 +246,7 @@ struct Peers {
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
-    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>>,
+    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
 }
 
 impl Resolver<'_, '_> {
@@ -551,7 +556,8 @@ type NamedVariant = (Arc<str>, Arc<BTreeSet<Clause>>, Arc<BTreeSet<Clause>>);
 
 /// One node's policy flows, sorted (no cache).
 pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, PipelineError> {
-    let fs = PolicyCache::default().node_flows(model, node)?;
+    let pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
+    let fs = PolicyCache::default().node_flows(model, node, &pods)?;
     Ok(fs.iter().cloned().collect())
 }
 
@@ -598,7 +604,7 @@ impl SharedConj {
         }
         let conj = allow(
             FlowBuilder::new(table, Band::PolicyConjunction, cookie)
-                .matching(Match::new().eth_type(IPV4).conj_id(id)),
+                .matching(Match::with_capacity(2).eth_type(IPV4).conj_id(id)),
             dir,
         )
         .build()?;
@@ -626,11 +632,11 @@ struct PolicyEntry {
     stamp: (u64, u64, u64),
     /// The policy's cookie (0 until computed).
     cookie: u64,
-    peers: HashMap<(Direction, usize), Arc<Peers>>,
+    peers: HashMap<(Direction, usize), Arc<Peers>, FastHash>,
     /// Numeric port dimensions per rule.
-    ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>>,
+    ports: HashMap<(Direction, usize), Arc<BTreeSet<Clause>>, FastHash>,
     /// Egress named-port conjunctions per rule.
-    named: HashMap<usize, Arc<Vec<NamedVariant>>>,
+    named: HashMap<usize, Arc<Vec<NamedVariant>>, FastHash>,
     /// Shared conjunctions by name.
     conjs: HashMap<Arc<str>, Arc<SharedConj>, FastHash>,
     /// Conjunction names per rule: the rule's base name and its numeric-ports variant.
@@ -642,8 +648,8 @@ struct PolicyEntry {
 /// same on every node.
 #[derive(Debug, Default)]
 struct ConjIds {
-    by_name: HashMap<String, u32>,
-    taken: HashMap<u32, String>,
+    by_name: HashMap<String, u32, FastHash>,
+    taken: HashMap<u32, String, FastHash>,
 }
 
 impl ConjIds {
@@ -675,8 +681,9 @@ impl ConjIds {
 struct NodeEntry {
     signature: u64,
     flows: FlowSet,
-    /// What each namespace with pods on the node contributed, by the namespace's signature.
-    groups: HashMap<String, NsGroup>,
+    /// What each namespace with pods on the node contributed (by namespace name, sorted),
+    /// with the namespace's signature.
+    groups: Vec<(String, NsGroup)>,
 }
 
 /// A conjunction a node uses: its shared part (None for plain allow flows), its target
@@ -692,6 +699,8 @@ struct NsGroup {
     signature: u64,
     used: Arc<Vec<Used>>,
     own: SharedRun,
+    /// Packed keys of `own`, computed once (None when one does not pack).
+    own_keys: Option<Box<[[u64; 4]]>>,
 }
 
 /// Caches what policies derive to: per policy (invalidated by its stamp) the resolved peers
@@ -701,21 +710,38 @@ struct NsGroup {
 #[derive(Debug, Default)]
 pub struct PolicyCache {
     namespace_epoch: u64,
-    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>>,
+    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
     /// By namespace, then name.
-    policies: HashMap<String, HashMap<String, PolicyEntry>>,
+    policies: HashMap<String, HashMap<String, PolicyEntry, FastHash>, FastHash>,
     ids: ConjIds,
-    nodes: HashMap<String, NodeEntry>,
+    nodes: HashMap<String, NodeEntry, FastHash>,
     /// Number of policy entries (all namespaces).
     entries: usize,
+    /// Buffers of [`assemble`], kept between nodes: allocated afresh per node they land on
+    /// new pages each time (the heap grows by what every node keeps), which costs more than
+    /// their filling.
+    scratch: AssemblyScratch,
+}
+
+/// Working memory of [`assemble`], empty between calls.
+#[derive(Debug, Default)]
+struct AssemblyScratch {
+    /// How many conjunctions on the node use each non-target clause.
+    count: HashMap<(TableId, Clause), u32, FastHash>,
+    /// Packed key, run and index of every entry of the node's policy flows.
+    entries: Vec<([u64; 4], u32, u32)>,
+    /// The pieces of runs the node takes: run (an index into the runs) and range.
+    pieces: Vec<(u32, std::ops::Range<u32>)>,
 }
 
 impl PolicyCache {
-    /// The node's policy flows (empty outside networkpolicy mode).
+    /// The node's policy flows (empty outside networkpolicy mode); `pods` are the node's pods
+    /// by key ([`ClusterModel::pods_on_node`]).
     pub fn node_flows(
         &mut self,
         model: &ClusterModel,
         node: &str,
+        pods: &[&PodInfo],
     ) -> Result<FlowSet, PipelineError> {
         // Namespace selections change only with the namespaces and their labels.
         if model.namespace_epoch() != self.namespace_epoch {
@@ -729,41 +755,46 @@ impl PolicyCache {
         if self.entries > model.policy_count() {
             self.prune(model);
         }
-        let mut local: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
-        for p in model.pods_on_node(node) {
-            local.entry(p.key.namespace.as_str()).or_default().push(p);
-        }
+        // Pods by key are grouped by namespace, in namespace order.
+        let local: Vec<&[&PodInfo]> = pods
+            .chunk_by(|a, b| a.key.namespace == b.key.namespace)
+            .collect();
         let ns_sigs: Vec<u64> = local
             .iter()
-            .map(|(ns, pods)| ns_signature(model, ns, pods))
+            .map(|ns_pods| ns_signature(model, ns_pods))
             .collect();
         let signature = {
             use std::hash::{BuildHasher, Hash, Hasher};
             let mut h = FastHash::default().build_hasher();
             (model.policy_reset_epoch(), model.config_epoch()).hash(&mut h);
-            (local.keys().collect::<Vec<_>>(), &ns_sigs).hash(&mut h);
+            for ns_pods in &local {
+                namespace_of(ns_pods).hash(&mut h);
+            }
+            ns_sigs.hash(&mut h);
             h.finish()
         };
-        let mut prev = match self.nodes.remove(node) {
+        let prev = match self.nodes.remove(node) {
             Some(e) if e.signature == signature => {
                 let flows = e.flows.clone();
                 self.nodes.insert(node.to_string(), e);
                 return Ok(flows);
             }
             Some(e) => e.groups,
-            None => HashMap::new(),
+            None => Vec::new(),
         };
-        let mut groups: HashMap<String, NsGroup> = HashMap::with_capacity(local.len());
-        for ((ns, pods), sig) in local.iter().zip(ns_sigs) {
-            let g = match prev.remove(*ns) {
-                Some(g) if g.signature == sig => g,
-                _ => self.ns_group(model, ns, pods, sig)?,
+        let mut prev = prev.into_iter().peekable();
+        let mut groups: Vec<(String, NsGroup)> = Vec::with_capacity(local.len());
+        for (ns_pods, sig) in local.iter().zip(ns_sigs) {
+            let ns = namespace_of(ns_pods);
+            // Both lists are in namespace order: a merge join.
+            while prev.next_if(|(p, _)| p.as_str() < ns).is_some() {}
+            let g = match prev.next_if(|(p, _)| p == ns) {
+                Some((_, g)) if g.signature == sig => g,
+                _ => self.ns_group(model, ns, ns_pods, sig)?,
             };
-            groups.insert(ns.to_string(), g);
+            groups.push((ns.to_string(), g));
         }
-        let mut ordered: Vec<(&String, &NsGroup)> = groups.iter().collect();
-        ordered.sort_by(|a, b| a.0.cmp(b.0));
-        let flows = assemble(ordered.into_iter().map(|(_, g)| g))?;
+        let flows = assemble(&mut self.scratch, groups.iter().map(|(_, g)| g))?;
         self.nodes.insert(
             node.to_string(),
             NodeEntry {
@@ -874,14 +905,18 @@ impl PolicyCache {
                 }
             }
         }
+        // A pod isolated both ways has one cookie: hashed once.
+        let mut cookies: HashMap<Ipv4Addr, u64, FastHash> = HashMap::default();
         let isolated = isolated.map(|m| {
             m.into_iter()
                 .map(|(ip, pod)| {
-                    let ck = cookie::cookie(
-                        Feature::NetworkPolicy,
-                        ObjectKind::Pod,
-                        cookie::object_hash(&format!("pod/{}", pod.key)),
-                    );
+                    let ck = *cookies.entry(ip).or_insert_with(|| {
+                        cookie::cookie(
+                            Feature::NetworkPolicy,
+                            ObjectKind::Pod,
+                            cookie::object_hash(&format!("pod/{}", pod.key)),
+                        )
+                    });
                     (ip, ck)
                 })
                 .collect()
@@ -890,21 +925,26 @@ impl PolicyCache {
         Ok(NsGroup {
             signature,
             used: Arc::new(used),
+            own_keys: own.iter().map(packed_key).collect(),
             own,
         })
     }
 }
 
+/// The namespace of a non-empty run of one namespace's pods.
+fn namespace_of<'p>(pods: &[&'p PodInfo]) -> &'p str {
+    pods.first().map_or("", |p| p.key.namespace.as_str())
+}
+
 /// A hash of what one namespace's contribution to a node depends on besides what the
-/// policies' stamps cover: its pods there (name, address, labels, named ports) and the stamps
-/// of its policies.
-fn ns_signature(model: &ClusterModel, ns: &str, pods: &[&PodInfo]) -> u64 {
+/// policies' stamps cover: its pods there (name, address, labels, named ports), and when its
+/// policies or their stamps last changed.
+fn ns_signature(model: &ClusterModel, pods: &[&PodInfo]) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
+    let ns = namespace_of(pods);
     let mut h = FastHash::default().build_hasher();
     (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
-    for (p, stamp) in model.policies_in_stamped(ns) {
-        (&p.name, stamp).hash(&mut h);
-    }
+    model.namespace_policies_stamp(ns).hash(&mut h);
     for p in pods {
         (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
     }
@@ -998,12 +1038,13 @@ fn clause_flows(
 /// [`target_flows`]), the peer and port clause flows several of its conjunctions share
 /// (merged here, across namespaces), and each shared conjunction's run less those entries.
 fn assemble<'g>(
+    scratch: &mut AssemblyScratch,
     groups: impl Iterator<Item = &'g NsGroup> + Clone,
 ) -> Result<FlowSet, PipelineError> {
     let used = groups.clone().flat_map(|g| g.used.iter());
     type ClauseKey = (TableId, Clause);
-    // How many conjunctions on this node use each non-target clause.
-    let mut count: HashMap<ClauseKey, u32, FastHash> = HashMap::default();
+    let count = &mut scratch.count;
+    count.clear();
     for (shared, _, dir, _) in used.clone() {
         if let Some(c) = shared {
             for (cl, _) in c.clauses.iter().flatten() {
@@ -1011,13 +1052,19 @@ fn assemble<'g>(
             }
         }
     }
+    let pieces = &mut scratch.pieces;
+    pieces.clear();
+    let mut runs: Vec<KeyedRun<'_>> = Vec::new();
+    for g in groups {
+        let r = push_run(&mut runs, (&g.own, g.own_keys.as_deref()));
+        pieces.push((r, 0..g.own.len() as u32));
+    }
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
-    let mut parts: Vec<Part> = Vec::new();
     for (shared, _, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else { continue };
         // The shared run, less the clauses another conjunction here uses too.
-        let mut ranges: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+        let r = push_run(&mut runs, (&c.run, c.keys.as_deref()));
         let mut start = 0;
         for (i, cl) in c.clauses.iter().enumerate() {
             let Some((cl, k)) = cl else { continue };
@@ -1025,7 +1072,7 @@ fn assemble<'g>(
                 continue;
             }
             if start < i {
-                ranges.push((c.run.clone(), start..i));
+                pieces.push((r, start as u32..i as u32));
             }
             start = i + 1;
             let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
@@ -1033,94 +1080,87 @@ fn assemble<'g>(
             e.1 = e.1.min(*pc);
         }
         if start < c.run.len() {
-            ranges.push((c.run.clone(), start..c.run.len()));
+            pieces.push((r, start as u32..c.run.len() as u32));
         }
-        parts.push((c.run.clone(), c.keys.as_deref(), ranges));
     }
     let mut flows: Vec<Flow> = Vec::with_capacity(merged.len());
     clause_flows(merged, &mut flows)?;
     let cross: SharedRun = Arc::from(flows);
-    let mut owns: Vec<SharedRun> = vec![cross];
-    owns.extend(groups.map(|g| g.own.clone()));
-    Ok(merge_parts(&owns, &parts))
+    let cross_keys: Option<Vec<[u64; 4]>> = cross.iter().map(packed_key).collect();
+    let r = push_run(&mut runs, (&cross, cross_keys.as_deref()));
+    pieces.push((r, 0..cross.len() as u32));
+    Ok(merge_parts(&mut scratch.entries, &runs, pieces))
 }
 
 /// A fast, fixed-seed hasher for the per-node maps (keys are our own values, not input).
 type FastHash = foldhash::fast::FixedState;
 
-/// A shared conjunction's run a node uses, its packed keys (None when one does not pack), and
-/// the pieces of the run the node takes.
-type Part<'a> = (
-    SharedRun,
-    Option<&'a [[u64; 4]]>,
-    Vec<(SharedRun, std::ops::Range<usize>)>,
-);
+/// A sorted run a node's policy flows take pieces of, and its packed keys (None when one does
+/// not pack).
+type KeyedRun<'a> = (&'a SharedRun, Option<&'a [[u64; 4]]>);
 
-/// The node's own runs (whole) merged with the pieces of the shared runs it uses. Every key is
-/// unique (a clause two conjunctions use is in an own run only), so sorting the entries by
-/// their packed keys is the merge; flows whose key does not pack go through
+/// Add a run to `runs`; its index there.
+fn push_run<'a>(runs: &mut Vec<KeyedRun<'a>>, run: KeyedRun<'a>) -> u32 {
+    runs.push(run);
+    runs.len() as u32 - 1
+}
+
+/// The pieces (run index, range) of `runs` a node takes, merged. Every key is unique (a
+/// clause two conjunctions use is in the node's merged clause flows only), so sorting the
+/// entries by their packed keys is the merge; flows whose key does not pack go through
 /// [`FlowSet::merge`].
-fn merge_parts(owns: &[SharedRun], parts: &[Part<'_>]) -> FlowSet {
+fn merge_parts(
+    entries: &mut Vec<([u64; 4], u32, u32)>,
+    runs: &[KeyedRun<'_>],
+    pieces: &[(u32, std::ops::Range<u32>)],
+) -> FlowSet {
+    entries.clear();
     let packed = (|| {
-        let own_total: usize = owns.iter().map(|r| r.len()).sum();
-        let total: usize = parts
-            .iter()
-            .flat_map(|(_, _, r)| r.iter().map(|(_, r)| r.len()))
-            .sum();
-        let mut entries: Vec<([u64; 4], u32, u32)> = Vec::with_capacity(own_total + total);
-        for (o, run) in owns.iter().enumerate() {
-            for (i, f) in run.iter().enumerate() {
-                entries.push((packed_key(f)?, o as u32, i as u32));
+        entries.reserve(pieces.iter().map(|(_, r)| r.len()).sum());
+        for (r, range) in pieces {
+            let keys = runs.get(*r as usize)?.1?;
+            for i in range.clone() {
+                entries.push((*keys.get(i as usize)?, *r, i));
             }
         }
-        let base = owns.len() as u32;
-        for (p, (_, keys, ranges)) in parts.iter().enumerate() {
-            let keys = (*keys)?;
-            for (_, r) in ranges {
-                for i in r.clone() {
-                    entries.push((*keys.get(i)?, base + p as u32, i as u32));
-                }
-            }
-        }
-        entries.sort_unstable_by_key(|e| e.0);
-        Some(entries)
+        // Stable sort: it merges the runs already in order (each piece is sorted) instead of
+        // partitioning them; keys are unique, so the order is the same.
+        entries.sort_by_key(|e| e.0);
+        Some(())
     })();
-    let Some(entries) = packed else {
-        let mut sets: Vec<FlowSet> = owns
-            .iter()
-            .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]))
-            .collect();
-        sets.extend(parts.iter().map(|(_, _, r)| FlowSet::from_chain(r.clone())));
-        return FlowSet::merge(sets, Vec::new());
-    };
-    let run_of = |p: u32| -> Option<&SharedRun> {
-        let p = p as usize;
-        match p.checked_sub(owns.len()) {
-            None => owns.get(p),
-            Some(q) => parts.get(q).map(|(run, _, _)| run),
+    if packed.is_none() {
+        let mut per_run: Vec<Vec<(SharedRun, std::ops::Range<usize>)>> =
+            vec![Vec::new(); runs.len()];
+        for (r, range) in pieces {
+            if let (Some(v), Some((run, _))) = (per_run.get_mut(*r as usize), runs.get(*r as usize))
+            {
+                v.push(((*run).clone(), range.start as usize..range.end as usize));
+            }
         }
-    };
-    let mut pieces: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
+        let sets = per_run.into_iter().map(FlowSet::from_chain).collect();
+        return FlowSet::merge(sets, Vec::new());
+    }
+    let mut out: Vec<(SharedRun, std::ops::Range<usize>)> = Vec::new();
     let mut cur: Option<(u32, usize, usize)> = None;
     let mut flush = |cur: Option<(u32, usize, usize)>| {
-        if let Some((cp, a, b)) = cur {
-            if let Some(run) = run_of(cp) {
-                pieces.push((run.clone(), a..b));
+        if let Some((r, a, b)) = cur {
+            if let Some((run, _)) = runs.get(r as usize) {
+                out.push(((*run).clone(), a..b));
             }
         }
     };
-    for (_, p, i) in entries {
+    for &(_, r, i) in entries.iter() {
         let i = i as usize;
         match &mut cur {
-            Some((cp, _, end)) if *cp == p && *end == i => *end = i + 1,
+            Some((cr, _, end)) if *cr == r && *end == i => *end = i + 1,
             _ => {
                 flush(cur.take());
-                cur = Some((p, i, i + 1));
+                cur = Some((r, i, i + 1));
             }
         }
     }
     flush(cur);
-    FlowSet::from_chain(pieces)
+    FlowSet::from_chain(out)
 }
 
 #[cfg(test)]
