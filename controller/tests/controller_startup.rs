@@ -1,5 +1,6 @@
 //! flowmesh-controller refuses bad input at start-up with a clear message and a non-zero exit:
-//! a malformed or invalid config, a busy port, an unwritable data dir.
+//! a malformed or invalid config, a busy port, an unwritable data dir, a missing or broken
+//! kubeconfig.
 
 use std::process::Command;
 
@@ -103,4 +104,39 @@ fn a_busy_port_and_an_unwritable_data_dir_are_clear_errors() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("data directory /proc/flowmesh"), "{err}");
+}
+
+#[test]
+fn a_missing_or_broken_kubeconfig_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken.kubeconfig");
+    std::fs::write(&broken, "apiVersion: v1\nkind: Config\nclusters: []\n").expect("write");
+    let broken = broken.to_str().expect("utf8");
+    for (args, want) in [
+        (
+            vec![
+                "--datastore",
+                "kubernetes",
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+            ],
+            "--kubeconfig /nonexistent/kubeconfig",
+        ),
+        (
+            vec!["--datastore", "kubernetes", "--kubeconfig", broken],
+            "current context",
+        ),
+        (
+            vec!["--kubeconfig", broken],
+            "--kubeconfig needs --datastore kubernetes",
+        ),
+    ] {
+        let (g, o) = (port(), port());
+        let mut all = args.clone();
+        all.extend(["--grpc-listen", &g, "--openflow-listen", &o]);
+        all.extend(["--metrics-listen", "127.0.0.1:0"]);
+        let (code, err) = run(&all);
+        assert_ne!(code, 0, "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
 }
