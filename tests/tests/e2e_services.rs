@@ -11,6 +11,9 @@
 //!   (after the host's DNAT): a labelled client is served, another is refused; the clients'
 //!   own namespace denies all ingress, and the service's answers still reach them.
 //!
+//! The nodes run with strict reverse-path filtering (`rp_filter=1`): everything the host
+//! receives from tun0 has a source it routes through tun0.
+//!
 //! Also checks the shim's host firewall rules (`ip flowmesh` input chain: the VXLAN port and
 //! tun0, nothing else). With the userspace datapath VXLAN never crosses the host's INPUT
 //! hook (OVS sends and receives it on its own `br-phy` tap), so the VXLAN rule's effect is
@@ -88,12 +91,24 @@ fn kube_proxy_rules(ns: &str, name: &str, endpoints: &[Ipv4Addr]) -> String {
     r
 }
 
-/// Installs the rules on every node, as kube-proxy would on each.
+/// Installs the rules on every node, as kube-proxy would on each, and turns strict
+/// reverse-path filtering on (a hardened host's setting; the shim changes none).
 fn install_kube_proxy(c: &CniCluster, rules: &str) {
     let path = c.lab.run_dir().join("kube-proxy.rules");
     std::fs::write(&path, rules).unwrap_or_else(|e| c.fail(&format!("write rules: {e}")));
     for i in 1..=3 {
         let node = c.lab.node(i).unwrap_or_else(|e| c.fail(&format!("{e}")));
+        c.lab
+            .run_in(
+                node.ns(),
+                "sysctl",
+                &[
+                    "-w",
+                    "net.ipv4.conf.all.rp_filter=1",
+                    "net.ipv4.conf.tun0.rp_filter=1",
+                ],
+            )
+            .unwrap_or_else(|e| c.fail(&format!("rp_filter on node {i}: {e}")));
         c.lab
             .run_in(
                 node.ns(),
