@@ -1,5 +1,20 @@
-//! The host's nftables table that masquerades pod traffic leaving the cluster networks, so a
-//! host outside the cluster sees the node's address (openshift-sdn's OPENSHIFT-MASQUERADE).
+//! The host's nftables table `ip flowmesh`: it masquerades pod traffic leaving the cluster
+//! networks, so a host outside the cluster sees the node's address (openshift-sdn's
+//! OPENSHIFT-MASQUERADE); accepts the VXLAN port and tun0's traffic in its own input and
+//! forward chains (openshift-sdn's OPENSHIFT-FIREWALL-ALLOW and -FORWARD); and keeps the
+//! kernel from sending ICMP redirects into tun0.
+//!
+//! The redirects come with services: the host DNATs a pod's packet to a service IP and routes
+//! it out of tun0, the interface it came in on, to a destination tun0 reaches directly, so
+//! Linux sends the pod an ICMP redirect naming the endpoint as gateway (rate-limited: the
+//! service e2e test counts 9 per node). Pods with default sysctls ignore them (no route is
+//! learned), but a pod that honoured one would address service traffic to the endpoint's MAC,
+//! which tun0 does not accept. `send_redirects=0` takes effect only when also set for `all`
+//! interfaces, so the table drops just the redirects that leave through tun0.
+//!
+//! An `accept` in these chains is final only for this table: a host firewall that drops in
+//! its own table or chain (firewalld, an iptables INPUT policy of DROP) must be told about
+//! tun0 and the VXLAN port separately (see docs/operations.md).
 
 use std::process::Stdio;
 
@@ -29,7 +44,8 @@ pub enum NftError {
 
 /// The table, written exactly as `nft list table ip flowmesh` prints it (so the two compare
 /// equal token by token when nothing needs changing). Networks are sorted and deduplicated.
-pub fn render(cluster_networks: &[Ipv4Net]) -> String {
+pub fn render(cluster_networks: &[Ipv4Net], vxlan_port: u16) -> String {
+    let tun0 = crate::node::TUN0;
     let mut nets: Vec<Ipv4Net> = cluster_networks.iter().map(Ipv4Net::network).collect();
     nets.sort();
     nets.dedup();
@@ -44,6 +60,23 @@ pub fn render(cluster_networks: &[Ipv4Net]) -> String {
          \t\ttype ipv4_addr\n\
          \t\tflags interval\n\
          \t\telements = {{ {elements} }}\n\
+         \t}}\n\
+         \n\
+         \tchain input {{\n\
+         \t\ttype filter hook input priority filter; policy accept;\n\
+         \t\tudp dport {vxlan_port} accept\n\
+         \t\tiifname \"{tun0}\" accept\n\
+         \t}}\n\
+         \n\
+         \tchain forward {{\n\
+         \t\ttype filter hook forward priority filter; policy accept;\n\
+         \t\tiifname \"{tun0}\" accept\n\
+         \t\toifname \"{tun0}\" accept\n\
+         \t}}\n\
+         \n\
+         \tchain output {{\n\
+         \t\ttype filter hook output priority filter; policy accept;\n\
+         \t\toifname \"{tun0}\" icmp type redirect drop\n\
          \t}}\n\
          \n\
          \tchain postrouting {{\n\
@@ -76,10 +109,10 @@ pub async fn current_table(table: &str) -> Result<Option<String>, NftError> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-/// Makes the table match `render(cluster_networks)`; replaces it atomically (one `nft -f`
-/// transaction) only when it differs. Returns whether it changed anything.
-pub async fn ensure(cluster_networks: &[Ipv4Net]) -> Result<bool, NftError> {
-    ensure_table(TABLE, &render(cluster_networks)).await
+/// Makes the table match `render(cluster_networks, vxlan_port)`; replaces it atomically (one
+/// `nft -f` transaction) only when it differs. Returns whether it changed anything.
+pub async fn ensure(cluster_networks: &[Ipv4Net], vxlan_port: u16) -> Result<bool, NftError> {
+    ensure_table(TABLE, &render(cluster_networks, vxlan_port)).await
 }
 
 /// Makes table `table` (`FAMILY NAME`) read `want` (which must be written as `nft list table`
@@ -136,12 +169,38 @@ mod tests {
             .iter()
             .map(|s| s.parse().expect("valid"))
             .collect();
-        let text = render(&nets);
+        let text = render(&nets, 4789);
         assert!(
             text.contains("elements = { 10.128.0.0/14, 10.200.0.0/16 }"),
             "{text}"
         );
         assert!(same_ruleset(&text, &text.replace('\t', "    ")));
         assert!(!same_ruleset(&text, &text.replace("masquerade", "accept")));
+    }
+
+    /// The host firewall part opens the VXLAN port and tun0, nothing else, and drops only
+    /// ICMP redirects into tun0.
+    #[test]
+    fn render_opens_only_vxlan_and_tun0() {
+        let nets: Vec<Ipv4Net> = vec!["10.128.0.0/14".parse().expect("valid")];
+        let text = render(&nets, 4790);
+        let rules: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.ends_with("accept") || l.ends_with("drop") || l.ends_with("masquerade"))
+            .filter(|l| !l.starts_with("type "))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                "udp dport 4790 accept",
+                "iifname \"tun0\" accept",
+                "iifname \"tun0\" accept",
+                "oifname \"tun0\" accept",
+                "oifname \"tun0\" icmp type redirect drop",
+                "ip saddr @cluster-networks ip daddr != @cluster-networks masquerade",
+            ]
+        );
+        assert_eq!(text.matches("policy accept;").count(), 4, "{text}");
     }
 }

@@ -413,7 +413,7 @@ pub async fn ensure_node(
     if ensure_ip_forward()? {
         changes.push("net.ipv4.ip_forward=1".into());
     }
-    if nft::ensure(&s.cluster_networks).await? {
+    if nft::ensure(&s.cluster_networks, s.vxlan_port).await? {
         changes.push(format!("nftables table {}", nft::TABLE));
     }
     if let Some(dir) = &spec.nm_conf_dir {

@@ -11,6 +11,8 @@ mod pipeline_ovs_judge;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use ofproto::oxm::ct_state;
+
 use flowmesh_tests::{BridgeSpec, OvsSandbox};
 use pipeline_ovs_judge::{flowsets, installed, rendered, sandbox, Judge};
 use topology::alloc::{NetIdAllocator, NETID_MAX};
@@ -449,6 +451,31 @@ fn judge_cluster(mode: Mode) {
                     format!("{label}: {:?}", t.outcomes),
                 );
             }
+        }
+        // The endpoint's answer to such a connection, as the service zone's lookup leaves it
+        // on the client's node (a reply, ct_mark 1): back to the client's host, from a local
+        // endpoint or over VXLAN (ofproto/trace cannot make a lookup return a mark, so the
+        // packets arrive tracked).
+        let a_node = m.node(&a.node).cloned().expect("node");
+        for b in pods.iter().filter(|b| b.ip != a.ip) {
+            let label = format!("service reply {} -> {}", b.label, a.label);
+            let mut p = if b.node == a.node {
+                Packet::ipv4(b.ofport, b.mac, b.ip, a.ip)
+            } else {
+                let mut p = Packet::ipv4(1, b.mac, b.ip, a.ip);
+                p.tun_id = u64::from(b.netid);
+                p.tun_src = m.node(&b.node).expect("node").ip;
+                p.tun_dst = a_node.ip;
+                p
+            };
+            p.ct_state = ct_state::TRK | ct_state::EST | ct_state::RPL;
+            p.ct_zone = topology::pipeline::regs::CT_ZONE_SERVICE;
+            p.ct_mark = topology::pipeline::regs::CT_MARK_HOST_DNAT;
+            let t = j.check(&label, &a.node, p);
+            expect(
+                outcome_is(&t, &[host(&a.node)]),
+                format!("{label}: expected tun0, got {:?}", t.outcomes),
+            );
         }
     }
 

@@ -138,6 +138,14 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
         "{nft}"
     );
     assert!(nft.contains("elements = { 10.128.0.0/14 }"), "{nft}");
+    // Host firewall: the VXLAN port and tun0 in, tun0 forwarded, no redirects into tun0.
+    for want in [
+        "type filter hook input priority filter; policy accept;\n\t\tudp dport 4789 accept\n\t\tiifname \"tun0\" accept\n\t}",
+        "type filter hook forward priority filter; policy accept;\n\t\tiifname \"tun0\" accept\n\t\toifname \"tun0\" accept\n\t}",
+        "type filter hook output priority filter; policy accept;\n\t\toifname \"tun0\" icmp type redirect drop\n\t}",
+    ] {
+        assert!(nft.contains(want), "{want} not in\n{nft}");
+    }
     assert_eq!(fwd.trim(), "1");
     let registers = fake
         .state()

@@ -63,6 +63,10 @@ pub struct Packet {
     pub pkt_mark: u32,
     /// ct_state (0 until a `ct` action tracked the packet on this switch).
     pub ct_state: u32,
+    /// ct_zone of the last `ct` lookup (0 while untracked).
+    pub ct_zone: u16,
+    /// ct_mark of the connection the last `ct` lookup found (0 while untracked).
+    pub ct_mark: u32,
     /// conj_id (set by a completed conjunctive match for the re-lookup).
     pub conj_id: u32,
 }
@@ -136,6 +140,8 @@ impl Packet {
             regs: [0; 16],
             pkt_mark: 0,
             ct_state: 0,
+            ct_zone: 0,
+            ct_mark: 0,
             conj_id: 0,
         }
     }
@@ -155,6 +161,8 @@ impl Packet {
             (Field::Reg(n), _) => *self.regs.get(n as usize)? as u64,
             (Field::PktMark, _) => self.pkt_mark as u64,
             (Field::CtState, _) => self.ct_state as u64,
+            (Field::CtZone, _) => self.ct_zone as u64,
+            (Field::CtMark, _) => self.ct_mark as u64,
             (Field::ConjId, _) => self.conj_id as u64,
             (Field::ArpOp, L3::Arp { op, .. }) => *op as u64,
             (Field::ArpSpa, L3::Arp { spa, .. }) => ip4(*spa),
@@ -367,6 +375,21 @@ pub struct Trace {
     pub outcomes: Vec<Outcome>,
     /// Every VXLAN hop, in order: what left which node over vxlan0.
     pub tunnels: Vec<TunnelHop>,
+    /// Every `ct(table=..)` recirculation, in order: the state conntrack gave.
+    pub conntrack: Vec<CtLookup>,
+}
+
+/// What one `ct(table=..)` recirculation gave a packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CtLookup {
+    /// Node.
+    pub node: String,
+    /// Zone looked up.
+    pub zone: u16,
+    /// ct_state the packet continued with.
+    pub state: u32,
+    /// ct_mark the packet continued with.
+    pub mark: u32,
 }
 
 /// A packet sent out of vxlan0: the tunnel metadata the sender set and the packet as the
@@ -448,8 +471,9 @@ const MAX_HOPS: usize = 4;
 
 /// The cluster's switches, ready to trace packets.
 pub struct Simulator {
-    /// Connections committed on each switch (`ct(commit)`), by original-direction tuple.
-    conntrack: std::cell::RefCell<Vec<std::collections::HashSet<ConnTuple>>>,
+    /// Connections committed on each switch (`ct(commit)`): (zone, original-direction tuple)
+    /// → ct_mark.
+    conntrack: std::cell::RefCell<Vec<HashMap<(u16, ConnTuple), u32>>>,
     nodes: Vec<Indexed>,
     by_name: HashMap<String, usize>,
     by_ip: HashMap<Ipv4Addr, usize>,
@@ -518,33 +542,41 @@ impl Simulator {
         }
     }
 
-    /// The connection state conntrack gives `p` on switch `n`.
-    fn ct_lookup(&self, n: usize, p: &Packet) -> u32 {
+    /// The connection state and mark conntrack gives `p` on switch `n` in `zone`.
+    fn ct_lookup(&self, n: usize, zone: u16, p: &Packet) -> (u32, u32) {
         use ofproto::oxm::ct_state::{EST, NEW, RPL, TRK};
         let Some(t) = p.tuple() else {
-            return 0;
+            return (0, 0);
         };
         let ct = self.conntrack.borrow();
         let Some(table) = ct.get(n) else {
-            return TRK | NEW;
+            return (TRK | NEW, 0);
         };
-        if table.contains(&t) {
-            TRK | EST
-        } else if table.contains(&reversed(t)) {
-            TRK | EST | RPL
+        if let Some(mark) = table.get(&(zone, t)) {
+            (TRK | EST, *mark)
+        } else if let Some(mark) = table.get(&(zone, reversed(t))) {
+            (TRK | EST | RPL, *mark)
         } else {
-            TRK | NEW
+            (TRK | NEW, 0)
         }
     }
 
-    fn ct_commit(&self, n: usize, p: &Packet) {
+    /// `ct(commit,zone=..)`: records the connection of `p` (unless it is a reply of one
+    /// already there); `mark` (from `exec(set_field:..->ct_mark)`) is stored on it.
+    fn ct_commit(&self, n: usize, zone: u16, p: &Packet, mark: Option<u32>) {
         let Some(t) = p.tuple() else {
             return;
         };
         let mut ct = self.conntrack.borrow_mut();
         if let Some(table) = ct.get_mut(n) {
-            if !table.contains(&reversed(t)) {
-                table.insert(t);
+            let key = if table.contains_key(&(zone, reversed(t))) {
+                (zone, reversed(t))
+            } else {
+                (zone, t)
+            };
+            let m = table.entry(key).or_insert(0);
+            if let Some(v) = mark {
+                *m = v;
             }
         }
     }
@@ -748,13 +780,28 @@ impl Simulator {
                 }
             }
             Action::Ct(c) => {
+                // Zones from a field are not used by the pipeline: such a `ct` uses zone 0.
+                let zone = if c.zone_src.is_some() { 0 } else { c.zone_imm };
                 if c.flags & ofproto::action::ct_flags::COMMIT != 0 {
-                    self.ct_commit(n, p);
+                    let mark = c.actions.iter().find_map(|a| match a {
+                        Action::SetField(mf) if mf.field() == Some(Field::CtMark) => {
+                            Some(mf.value_u64() as u32)
+                        }
+                        _ => None,
+                    });
+                    self.ct_commit(n, zone, p, mark);
                 }
                 if let Some(tbl) = c.recirc_table {
                     // Recirculation: the packet comes back tracked and starts over in `tbl`.
                     let mut q = p.clone();
-                    q.ct_state = self.ct_lookup(n, p);
+                    (q.ct_state, q.ct_mark) = self.ct_lookup(n, zone, p);
+                    q.ct_zone = zone;
+                    t.conntrack.push(CtLookup {
+                        node: self.nodes[n].node.name.clone(),
+                        zone,
+                        state: q.ct_state,
+                        mark: q.ct_mark,
+                    });
                     let mut copy_last = last.clone();
                     self.run_table(n, tbl, &mut q, hops, t, budget, &mut copy_last);
                     *last = copy_last;
@@ -763,6 +810,8 @@ impl Simulator {
                     // As Open vSwitch: after `ct` without `table=` the packet goes on
                     // untracked, its conntrack fields cleared.
                     p.ct_state = 0;
+                    p.ct_zone = 0;
+                    p.ct_mark = 0;
                 }
             }
             _ => {} // note, dec_ttl, ...: no effect on where the packet goes

@@ -264,26 +264,26 @@ fn check_set(table: TableId, header: ofproto::OxmHeader) -> Result<(), PipelineE
 }
 
 fn check_action(table: TableId, a: &Action) -> Result<(), PipelineError> {
+    let check_jump = |t: u8| {
+        if TableId::from_number(t).is_some_and(|t| table.spec().gotos.contains(&t)) {
+            Ok(())
+        } else {
+            Err(PipelineError::GotoNotAllowed { table, to: t })
+        }
+    };
     match a {
         Action::SetField(mf) => check_set(table, mf.header),
         Action::Move { dst, .. } | Action::Load { dst, .. } => check_set(table, dst.header),
-        Action::Ct(ofproto::action::Ct {
-            recirc_table: Some(t),
-            ..
-        }) if *t != table.number() => {
-            if TableId::from_number(*t).is_some_and(|t| table.spec().gotos.contains(&t)) {
-                Ok(())
-            } else {
-                Err(PipelineError::GotoNotAllowed { table, to: *t })
+        Action::Ct(c) => {
+            // What runs inside `ct(...)` (`exec(set_field:..->ct_mark)`) writes like any
+            // action; recirculating to the table itself needs no declaration.
+            c.actions.iter().try_for_each(|a| check_action(table, a))?;
+            match c.recirc_table {
+                Some(t) if t != table.number() => check_jump(t),
+                _ => Ok(()),
             }
         }
-        Action::Resubmit { table: Some(t), .. } => {
-            if TableId::from_number(*t).is_some_and(|t| table.spec().gotos.contains(&t)) {
-                Ok(())
-            } else {
-                Err(PipelineError::GotoNotAllowed { table, to: *t })
-            }
-        }
+        Action::Resubmit { table: Some(t), .. } => check_jump(*t),
         _ => Ok(()),
     }
 }

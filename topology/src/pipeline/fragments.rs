@@ -16,7 +16,7 @@ use ofproto::{Action, Flow, Match};
 use std::net::Ipv4Addr;
 
 /// Version of the flows this pipeline writes (bumped when static flows change).
-pub const PIPELINE_VERSION: u8 = 1;
+pub const PIPELINE_VERSION: u8 = 2;
 
 const MULTICAST: (Ipv4Addr, u8) = (Ipv4Addr::new(224, 0, 0, 0), 4);
 
@@ -69,6 +69,7 @@ fn arp() -> Match {
 
 /// The node's own static flows: classifier, routing, the fixed rules and every default.
 pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
+    use ofproto::oxm::ct_state::{RPL, TRK};
     use TableId as T;
     let ck = cookie::node_cookie(Feature::Base, &s.node.name);
     let fb = |t, b| FlowBuilder::new(t, b, ck);
@@ -96,7 +97,20 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
                     .build()?,
             );
         }
-        // t0: tun0 in.
+        // t0: tun0 in. A pod's packet the host DNATed (kube-proxy) comes back from tun0 with
+        // the pod's own source: commit it in the service zone, marked, so that its replies
+        // go back to the host (t31), whichever node the endpoint is on.
+        v.push(
+            fb(T::Classifier, Band::ServiceCommit)
+                .matching(
+                    ip().in_port(OFPORT_TUN0)
+                        .ipv4_src(lnet, lpre)
+                        .ipv4_dst(cn, cp)
+                        .ct_state(0, TRK),
+                )
+                .action(regs::ct_commit_host_dnat(T::Classifier.number()))
+                .build()?,
+        );
         v.push(
             fb(T::Classifier, Band::Override)
                 .matching(
@@ -130,6 +144,15 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
     v.push(
         fb(T::Classifier, Band::PortGuard)
             .matching(Match::new().in_port(OFPORT_VXLAN))
+            .build()?,
+    );
+    // t0: whatever goes to a local pod is looked up in the service zone first: a reply of a
+    // connection the host DNATed (t0 p1200 above, on this node) is sent back to the host in
+    // t31.
+    v.push(
+        fb(T::Classifier, Band::ServiceConntrack)
+            .matching(ip().ipv4_dst(lnet, lpre).ct_state(0, TRK))
+            .action(regs::ct_service_lookup(T::Classifier.number()))
             .build()?,
     );
     v.push(
@@ -180,6 +203,20 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
         );
     }
     // t31: gateway, local subnet, services, multicast.
+    v.push(
+        fb(T::Routing, Band::ServiceReply)
+            .matching(
+                ip().ct_state(RPL | TRK, RPL | TRK)
+                    .with_u64(ofproto::Field::CtZone, regs::CT_ZONE_SERVICE.into())
+                    .with_u64(ofproto::Field::CtMark, regs::CT_MARK_HOST_DNAT.into()),
+            )
+            // The host takes only frames to tun0's own MAC (`0a:58:` + the gateway's bytes).
+            .actions([
+                Action::set_field(ofproto::Field::EthDst, &pod_mac(gw)),
+                Action::output(OFPORT_TUN0),
+            ])
+            .build()?,
+    );
     v.push(
         fb(T::Routing, Band::Override)
             .matching(arp().arp_tpa(gw, 32))
@@ -286,7 +323,7 @@ pub fn static_flows(s: &StaticInputs) -> Result<Vec<Flow>, PipelineError> {
 /// tables 27 and 80, pods no policy isolates are open, and new connections leaving the node
 /// are committed in table 30 (those to local pods are committed in table 80, after ingress).
 fn policy_static_flows(s: &StaticInputs, ck: u64) -> Result<Vec<Flow>, PipelineError> {
-    use ofproto::oxm::ct_state::{EST, NEW, REL, TRK};
+    use ofproto::oxm::ct_state::{EST, NEW, REL, RPL, TRK};
     use TableId as T;
     let fb = |t, b| FlowBuilder::new(t, b, ck);
     let (lnet, lpre) = (s.node.subnet.network(), s.node.subnet.prefix());
@@ -295,6 +332,23 @@ fn policy_static_flows(s: &StaticInputs, ck: u64) -> Result<Vec<Flow>, PipelineE
         fb(T::Classifier, Band::Conntrack)
             .matching(ip().ct_state(0, TRK))
             .action(regs::ct_recirc(T::Classifier.number()))
+            .build()?,
+        // After the service zone's lookup (packets to the local subnet): the original
+        // direction goes on to the default zone's; a reply keeps the service zone's state
+        // (`+est`: t27 and t80 let it pass), so the host's un-DNATed answer to a pod is a
+        // reply of the pod's connection to the service IP (committed in t60).
+        fb(T::Classifier, Band::ServiceZoneHandoff)
+            .matching(
+                ip().ct_state(TRK, TRK | RPL)
+                    .with_u64(ofproto::Field::CtZone, regs::CT_ZONE_SERVICE.into()),
+            )
+            .action(regs::ct_recirc(T::Classifier.number()))
+            .build()?,
+        // t60: a pod's connection to a service IP, committed in the service zone: the host's
+        // un-DNATed replies to it pass the pod's ingress policy as replies (t0 p1050).
+        fb(T::Services, Band::Override)
+            .matching(ip())
+            .actions([regs::ct_commit_service(), Action::output(OFPORT_TUN0)])
             .build()?,
         // t27: services are judged after the host's DNAT, when they come back through t25.
         fb(T::PolicyEgress, Band::Override)

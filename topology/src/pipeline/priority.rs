@@ -26,6 +26,16 @@ pub enum Band {
     Bypass = 500,
     /// Send untracked IP through conntrack (t0, networkpolicy mode).
     Conntrack = 1000,
+    /// Connections the host's DNAT sent back through tun0: commit them in the service zone
+    /// (t0).
+    ServiceCommit = 1200,
+    /// Packets to the local subnet: look them up in the service zone first (t0).
+    ServiceConntrack = 1100,
+    /// Networkpolicy: packets the service zone tracked in the original direction go on to
+    /// the default zone's lookup; replies keep the service zone's state (t0).
+    ServiceZoneHandoff = 1050,
+    /// Replies of connections the host DNATed go back to the host (t31).
+    ServiceReply = 270,
     /// Established and related connections pass (t27, t80, networkpolicy mode).
     Established = 260,
     /// Policy conjunctions: clause flows and `conj_id` flows (t27, t80).

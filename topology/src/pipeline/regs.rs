@@ -7,6 +7,13 @@
 //! | reg2 | destination ofport | t70, read by t80 `output:reg2` |
 //! | tun_id | NETID on the wire (low 32 bits copied from/to reg0) | t50/t90 |
 //! | tun_dst | remote node IP | t50/t90 |
+//!
+//! Conntrack zones and marks:
+//!
+//! | zone | holds | committed in | looked up in |
+//! |---|---|---|---|
+//! | 0 (default) | networkpolicy connections | t30, t80 (networkpolicy) | t0 p1000 (networkpolicy) |
+//! | [`CT_ZONE_SERVICE`] | connections the host's kube-proxy DNATed back into br0 (mark [`CT_MARK_HOST_DNAT`]); networkpolicy: pod → service IP (mark 0) | t0 p1200, t60 (networkpolicy) | t0 p1100 (packets to the local subnet) |
 
 use ofproto::{Action, Field, FieldSlice};
 use std::net::Ipv4Addr;
@@ -22,6 +29,16 @@ pub const REG_DST_PORT: u8 = 2;
 pub const OFPORT_VXLAN: u32 = 1;
 /// ofport of `tun0`.
 pub const OFPORT_TUN0: u32 = 2;
+
+/// Conntrack zone of service connections: a connection the host's kube-proxy DNATed and
+/// routed back into br0 through tun0 is committed here with [`CT_MARK_HOST_DNAT`], so that on
+/// the node where it entered its replies are sent back to the host, which un-DNATs them.
+/// Not the default zone: with the kernel datapath that zone is the host's own, where the
+/// host's DNAT entry for the same connection lives.
+pub const CT_ZONE_SERVICE: u16 = 1;
+/// ct_mark of a connection that entered br0 from tun0 after the host's DNAT (zone
+/// [`CT_ZONE_SERVICE`]).
+pub const CT_MARK_HOST_DNAT: u32 = 0x1;
 
 /// `set_field:V->reg0`.
 pub fn set_src_netid(netid: u32) -> Action {
@@ -78,6 +95,44 @@ pub fn ct_recirc(t: u8) -> Action {
         zone_src: None,
         zone_imm: 0,
         recirc_table: Some(t),
+        alg: 0,
+        actions: Vec::new(),
+    })
+}
+/// `ct(commit,zone=Z,exec(set_field:0x1->ct_mark),table=T)`: commit a connection that came
+/// back from the host's DNAT in the service zone, marked, and continue tracked in table `t`.
+pub fn ct_commit_host_dnat(t: u8) -> Action {
+    Action::Ct(ofproto::action::Ct {
+        flags: ofproto::action::ct_flags::COMMIT,
+        zone_src: None,
+        zone_imm: CT_ZONE_SERVICE,
+        recirc_table: Some(t),
+        alg: 0,
+        actions: vec![Action::set_field_u64(
+            Field::CtMark,
+            u64::from(CT_MARK_HOST_DNAT),
+        )],
+    })
+}
+/// `ct(zone=Z,table=T)`: look the packet up in the service zone, continue in table `t`.
+pub fn ct_service_lookup(t: u8) -> Action {
+    Action::Ct(ofproto::action::Ct {
+        flags: 0,
+        zone_src: None,
+        zone_imm: CT_ZONE_SERVICE,
+        recirc_table: Some(t),
+        alg: 0,
+        actions: Vec::new(),
+    })
+}
+/// `ct(commit,zone=Z)`: commit a pod → service IP connection in the service zone (unmarked)
+/// and go on untracked.
+pub fn ct_commit_service() -> Action {
+    Action::Ct(ofproto::action::Ct {
+        flags: ofproto::action::ct_flags::COMMIT,
+        zone_src: None,
+        zone_imm: CT_ZONE_SERVICE,
+        recirc_table: None,
         alg: 0,
         actions: Vec::new(),
     })

@@ -109,8 +109,11 @@ pub static TABLES: &[TableSpec] = &[
     TableSpec {
         id: T::Classifier,
         name: "classifier",
-        matches: &[InPort, EthType, Ipv4Src, Ipv4Dst, ArpSpa, ArpTpa, CtState],
-        sets: &[Reg(0)],
+        matches: &[
+            InPort, EthType, Ipv4Src, Ipv4Dst, ArpSpa, ArpTpa, CtState, CtZone,
+        ],
+        // ct_mark: written inside the service zone's `ct(commit,exec(...))`.
+        sets: &[Reg(0), CtMark],
         gotos: &[T::VxlanIn, T::PodIn, T::ServiceReturn, T::CtCommit],
         default: TableDefault::Drop,
         default_priority: 0,
@@ -176,8 +179,9 @@ pub static TABLES: &[TableSpec] = &[
     TableSpec {
         id: T::Routing,
         name: "routing",
-        matches: &[InPort, EthType, Ipv4Dst, ArpTpa, CtState],
-        sets: &[],
+        matches: &[InPort, EthType, Ipv4Dst, ArpTpa, CtState, CtZone, CtMark],
+        // eth_dst: service replies go to the host addressed to tun0's MAC.
+        sets: &[EthDst],
         gotos: &[
             T::ArpLocal,
             T::ArpRemote,
