@@ -977,3 +977,44 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
         .expect("ns1");
     assert!(ns1.egress_ips.is_empty(), "{ns1:?}");
 }
+
+/// flowmesh installed on a cluster that already has NetworkPolicies and an egress firewall: they
+/// wait for their namespaces' NETIDs (the controller starts; nothing is "inconsistent"), then
+/// take effect, and pods attached afterwards get the labels and named ports of their objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_on_a_cluster_that_already_has_policies() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    api.put(
+        json!({"apiVersion": "network.openshift.io/v1", "kind": "EgressNetworkPolicy",
+                   "metadata": {"name": "fw", "namespace": "ns2"},
+                   "spec": {"egress": [{"type": "Deny", "to": {"cidrSelector": "192.0.2.0/24"}}]}}),
+    );
+    api.put(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-ns2", "namespace": "ns1"},
+        "spec": {"podSelector": {"matchLabels": {"app": "ns1"}},
+                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
+                              "ports": [{"port": "http"}]}]}
+    }));
+    let cfg = config_file(dir.path(), "networkpolicy");
+    let cfg = cfg.to_string_lossy().into_owned();
+    let c = kube_controller(dir.path(), &api, "c", &["--config", &cfg]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let t = desired(&mut admin, "node-a").await;
+    assert!(
+        t.iter()
+            .any(|l| l.contains("table=80") && l.contains("tp_dst=8080")),
+        "{t:#?}"
+    );
+    assert!(
+        t.iter()
+            .any(|l| l.contains("table=100") && l.contains("192.0.2.0/24")),
+        "{t:#?}"
+    );
+}

@@ -313,6 +313,14 @@ impl Cache {
         }
     }
 
+    /// The names of the objects of a namespaced kind in namespace `ns`.
+    fn in_namespace<'a>(&'a self, kind: Kind, ns: &'a str) -> impl Iterator<Item = String> + 'a {
+        self.objs
+            .range((kind, ns.to_string(), String::new())..)
+            .take_while(move |(k, _)| k.0 == kind && k.1 == ns)
+            .map(|(k, _)| k.2.clone())
+    }
+
     fn of_kind(&self, kind: Kind) -> impl Iterator<Item = (&ObjKey, &Obj)> {
         self.objs
             .range((kind, String::new(), String::new())..)
@@ -320,7 +328,7 @@ impl Cache {
     }
 
     /// The record keys an object's content feeds.
-    fn keys_of(k: &ObjKey, o: &Obj) -> Vec<RecordKey> {
+    fn keys_of(&self, k: &ObjKey, o: &Obj) -> Vec<RecordKey> {
         let (_, ns, name) = k;
         match o {
             Obj::Node(_) => vec![],
@@ -328,7 +336,21 @@ impl Cache {
             Obj::Pod(_) => vec![RecordKey::Pod(ns.clone(), name.clone())],
             Obj::HostSubnet(_) => vec![RecordKey::Node(name.clone()), RecordKey::EgressIps],
             Obj::NetNamespace(_) => {
-                vec![RecordKey::Namespace(name.clone()), RecordKey::EgressIps]
+                // The namespace's pods and policies wait for its NetNamespace (see `derive`).
+                let mut keys = vec![
+                    RecordKey::Namespace(name.clone()),
+                    RecordKey::EgressIps,
+                    RecordKey::EgressNetworkPolicy(name.clone()),
+                ];
+                keys.extend(
+                    self.in_namespace(Kind::Pod, name)
+                        .map(|p| RecordKey::Pod(name.clone(), p)),
+                );
+                keys.extend(
+                    self.in_namespace(Kind::NetworkPolicy, name)
+                        .map(|p| RecordKey::NetworkPolicy(name.clone(), p)),
+                );
+                keys
             }
             Obj::ClusterNetwork(_) => vec![RecordKey::ClusterNetwork],
             Obj::NetworkPolicy(_) => vec![RecordKey::NetworkPolicy(ns.clone(), name.clone())],
@@ -341,7 +363,18 @@ impl Cache {
     }
 
     /// Derive one record from the objects (None: no such record, or its object is refused).
+    /// A namespace's pods, policies and egress firewall count only once its NetNamespace
+    /// exists: on a cluster flowmesh has just been installed on, they wait for the NETID the
+    /// master gives their namespace.
     fn derive(&mut self, key: &RecordKey) -> Option<Record> {
+        match key {
+            RecordKey::Pod(ns, _)
+            | RecordKey::NetworkPolicy(ns, _)
+            | RecordKey::EgressNetworkPolicy(ns) => {
+                self.net_namespace(ns)?;
+            }
+            _ => {}
+        }
         let (obj, result) = match key {
             RecordKey::ClusterNetwork => {
                 let o = match self.get(Kind::ClusterNetwork, "", CLUSTER_NETWORK_NAME)? {
@@ -503,10 +536,10 @@ impl Cache {
         }
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
         if let Some(old) = self.objs.get(&k) {
-            keys.extend(Self::keys_of(&k, old));
+            keys.extend(self.keys_of(&k, old));
         }
         if let Some(new) = &o {
-            keys.extend(Self::keys_of(&k, new));
+            keys.extend(self.keys_of(&k, new));
         }
         match o {
             Some(new) => {
@@ -527,11 +560,11 @@ impl Cache {
         let old: Vec<ObjKey> = self.of_kind(kind).map(|(k, _)| k.clone()).collect();
         for k in old {
             if let Some(o) = self.objs.remove(&k) {
-                keys.extend(Self::keys_of(&k, &o));
+                keys.extend(self.keys_of(&k, &o));
             }
         }
         for (k, o) in objs {
-            keys.extend(Self::keys_of(&k, &o));
+            keys.extend(self.keys_of(&k, &o));
             self.objs.insert(k, o);
         }
         self.synced.insert(kind);
