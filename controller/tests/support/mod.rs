@@ -33,6 +33,13 @@ pub struct Controller {
 /// The line a controller prints once its listeners are bound.
 const STARTED: &str = "flowmesh-controller: gRPC on ";
 
+/// The whole start-up lines of a log (a line still being written is not one yet).
+fn started_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n')
+        .filter(|l| l.starts_with(STARTED) && l.ends_with('\n'))
+        .map(str::trim_end)
+}
+
 impl Controller {
     /// Start a controller with `data_dir` on ports the kernel picks when it binds (port 0:
     /// no window in which another test could take a port chosen beforehand); the addresses
@@ -55,7 +62,7 @@ impl Controller {
     /// (Re)start the process on the same ports (the first time: any) and data dir, and wait
     /// until this process announces what it bound.
     pub fn spawn(&mut self) {
-        let starts_before = self.log_text().matches(STARTED).count();
+        let starts_before = started_lines(&self.log_text()).count();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -80,11 +87,7 @@ impl Controller {
         let deadline = Instant::now() + Duration::from_secs(20);
         let line = loop {
             let text = self.log_text();
-            if let Some(l) = text
-                .lines()
-                .filter(|l| l.starts_with(STARTED))
-                .nth(starts_before)
-            {
+            if let Some(l) = started_lines(&text).nth(starts_before) {
                 break l.to_string();
             }
             let exited = self
