@@ -365,10 +365,13 @@ pub fn master_everywhere(sbx: &OvsSandbox, nodes: &[&str], target: &str) -> bool
 pub type PodSpec<'a> = (&'a str, &'a str, &'a str, u32);
 
 /// Attach `pods` through the admin API, as the nodes' shims do. An attach is refused
-/// (UNAVAILABLE) until the pod's switch is connected: that is retried for a while.
+/// (UNAVAILABLE) until the pod's switch is connected: that is retried for a while. An
+/// UNAVAILABLE answer can also mean "stored, but the switch did not acknowledge it in time":
+/// a retry then finds the pod there (ALREADY_EXISTS), which is the earlier attempt's success.
 pub async fn attach_pods(admin: &mut AdminClient<Channel>, pods: &[PodSpec<'_>]) {
     for (node, port, ns, ofport) in pods {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut retried = false;
         loop {
             let r = admin
                 .attach_pod(pa::AttachPodRequest {
@@ -382,8 +385,10 @@ pub async fn attach_pods(admin: &mut AdminClient<Channel>, pods: &[PodSpec<'_>])
                 .await;
             match r {
                 Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                    retried = true;
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
+                Err(e) if retried && e.code() == tonic::Code::AlreadyExists => break,
                 r => {
                     r.unwrap_or_else(|e| panic!("attach {node}-{port}: {e}"));
                     break;
