@@ -32,7 +32,7 @@ use ofproto::oxm::eth_type::IPV4;
 use ofproto::{Action, Field, Flow, Match};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Which way a rule looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -561,19 +561,37 @@ pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, 
     Ok(fs.iter().cloned().collect())
 }
 
-/// The node-independent part of one conjunction, built once and shared (`Arc`) by every node
-/// whose pods the rule selects: its id, and its *solo* flows — one clause flow per alternative
-/// of the peer and port dimensions, each with this conjunction's action alone, and the
-/// `conj_id` flow — sorted. A node whose other conjunctions use the same clause takes that
-/// entry out and holds one merged flow instead.
+/// The node-independent part of one conjunction, shared (`Arc`) by every node whose pods the
+/// rule selects: its id, its `conj_id` flow, and its *solo* flows — one clause flow per
+/// alternative of the peer and port dimensions, each with this conjunction's action alone.
+/// A node whose other conjunctions use the same clause holds one merged flow for it instead,
+/// so the solo flows are built (once) only when a node first takes one of them: a clause every
+/// node merges (the egress ipBlock prefixes each namespace's policies share) is never built
+/// solo.
 #[derive(Debug)]
 struct SharedConj {
     id: u32,
     /// Dimensions in all, the target dimension included.
     n: u8,
+    /// The direction (its table) and the policy's cookie, to build the solo flows.
+    dir: Direction,
+    cookie: u64,
+    /// The peer and port clauses with their dimension, in dimension order.
+    clauses: Vec<(Clause, u8)>,
+    /// The `conj_id` flow alone.
+    conj: SharedRun,
+    /// Its packed key (None when it does not pack).
+    conj_key: Option<[[u64; 4]; 1]>,
+    /// The solo flows, built the first time a node takes one.
+    solo: OnceLock<SoloRun>,
+}
+
+/// A shared conjunction's solo clause flows, sorted.
+#[derive(Debug)]
+struct SoloRun {
     run: SharedRun,
-    /// Per run entry: its clause and dimension (None for the `conj_id` flow).
-    clauses: Vec<Option<(Clause, u8)>>,
+    /// Per run entry: its clause.
+    clauses: Vec<Clause>,
     /// Per run entry: its packed key (None when one does not pack).
     keys: Option<Vec<[u64; 4]>>,
 }
@@ -586,39 +604,56 @@ impl SharedConj {
         others: &[Arc<BTreeSet<Clause>>],
     ) -> Result<Self, PipelineError> {
         let n = others.len() as u8 + 1;
-        let table = dir.table();
-        let mut entries: Vec<(Flow, Option<(Clause, u8)>)> = Vec::new();
-        for (k, dim) in others.iter().enumerate() {
-            for cl in dim.iter() {
-                let f = FlowBuilder::new(table, Band::PolicyConjunction, cookie)
-                    .matching(cl.to_match())
-                    .actions([Action::Conjunction {
-                        id,
-                        // 0-based on the wire (OVS prints k+1); the target dimension is 0.
-                        clause: k as u8 + 1,
-                        n_clauses: n,
-                    }])
-                    .build()?;
-                entries.push((f, Some((*cl, k as u8 + 1))));
-            }
-        }
+        let clauses = others
+            .iter()
+            .enumerate()
+            // 0-based on the wire (OVS prints k+1); the target dimension is 0.
+            .flat_map(|(k, dim)| dim.iter().map(move |cl| (*cl, k as u8 + 1)))
+            .collect();
         let conj = allow(
-            FlowBuilder::new(table, Band::PolicyConjunction, cookie)
+            FlowBuilder::new(dir.table(), Band::PolicyConjunction, cookie)
                 .matching(Match::with_capacity(2).eth_type(IPV4).conj_id(id)),
             dir,
         )
         .build()?;
-        entries.push((conj, None));
-        entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
-        let (flows, clauses): (Vec<Flow>, Vec<Option<(Clause, u8)>>) = entries.into_iter().unzip();
-        let keys = flows.iter().map(packed_key).collect();
+        let conj_key = packed_key(&conj).map(|k| [k]);
         Ok(SharedConj {
             id,
             n,
+            dir,
+            cookie,
+            clauses,
+            conj: Arc::from([conj]),
+            conj_key,
+            solo: OnceLock::new(),
+        })
+    }
+
+    /// The solo clause flows, built on first use.
+    fn solo(&self) -> Result<&SoloRun, PipelineError> {
+        if let Some(s) = self.solo.get() {
+            return Ok(s);
+        }
+        let mut entries: Vec<(Flow, Clause)> = Vec::with_capacity(self.clauses.len());
+        for (cl, k) in &self.clauses {
+            let f = FlowBuilder::new(self.dir.table(), Band::PolicyConjunction, self.cookie)
+                .matching(cl.to_match())
+                .actions([Action::Conjunction {
+                    id: self.id,
+                    clause: *k,
+                    n_clauses: self.n,
+                }])
+                .build()?;
+            entries.push((f, *cl));
+        }
+        entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
+        let (flows, clauses): (Vec<Flow>, Vec<Clause>) = entries.into_iter().unzip();
+        let keys = flows.iter().map(packed_key).collect();
+        Ok(self.solo.get_or_init(|| SoloRun {
             run: Arc::from(flows),
             clauses,
             keys,
-        })
+        }))
     }
 }
 
@@ -1036,7 +1071,8 @@ fn clause_flows(
 
 /// One node's policy flows from the conjunctions it uses: each namespace's own run (see
 /// [`target_flows`]), the peer and port clause flows several of its conjunctions share
-/// (merged here, across namespaces), and each shared conjunction's run less those entries.
+/// (merged here, across namespaces), and each shared conjunction's `conj_id` flow and solo
+/// flows less those clauses.
 fn assemble<'g>(
     scratch: &mut AssemblyScratch,
     groups: impl Iterator<Item = &'g NsGroup> + Clone,
@@ -1047,7 +1083,7 @@ fn assemble<'g>(
     count.clear();
     for (shared, _, dir, _) in used.clone() {
         if let Some(c) = shared {
-            for (cl, _) in c.clauses.iter().flatten() {
+            for (cl, _) in &c.clauses {
                 *count.entry((dir.table(), *cl)).or_default() += 1;
             }
         }
@@ -1063,11 +1099,27 @@ fn assemble<'g>(
     for (shared, _, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else { continue };
-        // The shared run, less the clauses another conjunction here uses too.
-        let r = push_run(&mut runs, (&c.run, c.keys.as_deref()));
+        let r = push_run(&mut runs, (&c.conj, c.conj_key.as_ref().map(|k| &k[..])));
+        pieces.push((r, 0..1));
+        // A clause another conjunction here uses too goes into the node's merged flows.
+        let mut any_solo = false;
+        for (cl, k) in &c.clauses {
+            if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
+                any_solo = true;
+                continue;
+            }
+            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
+            e.0.push((c.id, *k, c.n));
+            e.1 = e.1.min(*pc);
+        }
+        if !any_solo {
+            continue;
+        }
+        // The solo run, less the merged clauses.
+        let solo = c.solo()?;
+        let r = push_run(&mut runs, (&solo.run, solo.keys.as_deref()));
         let mut start = 0;
-        for (i, cl) in c.clauses.iter().enumerate() {
-            let Some((cl, k)) = cl else { continue };
+        for (i, cl) in solo.clauses.iter().enumerate() {
             if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
                 continue;
             }
@@ -1075,12 +1127,9 @@ fn assemble<'g>(
                 pieces.push((r, start as u32..i as u32));
             }
             start = i + 1;
-            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
-            e.0.push((c.id, *k, c.n));
-            e.1 = e.1.min(*pc);
         }
-        if start < c.run.len() {
-            pieces.push((r, start as u32..c.run.len() as u32));
+        if start < solo.run.len() {
+            pieces.push((r, start as u32..solo.run.len() as u32));
         }
     }
     let mut flows: Vec<Flow> = Vec::with_capacity(merged.len());
