@@ -590,8 +590,8 @@ struct SharedConj {
 #[derive(Debug)]
 struct SoloRun {
     run: SharedRun,
-    /// Per run entry: its clause.
-    clauses: Vec<Clause>,
+    /// Per run entry: the index of its clause in [`SharedConj::clauses`].
+    clause_index: Vec<u32>,
     /// Per run entry: its packed key (None when one does not pack).
     keys: Option<Vec<[u64; 4]>>,
 }
@@ -634,8 +634,8 @@ impl SharedConj {
         if let Some(s) = self.solo.get() {
             return Ok(s);
         }
-        let mut entries: Vec<(Flow, Clause)> = Vec::with_capacity(self.clauses.len());
-        for (cl, k) in &self.clauses {
+        let mut entries: Vec<(Flow, u32)> = Vec::with_capacity(self.clauses.len());
+        for (i, (cl, k)) in self.clauses.iter().enumerate() {
             let f = FlowBuilder::new(self.dir.table(), Band::PolicyConjunction, self.cookie)
                 .matching(cl.to_match())
                 .actions([Action::Conjunction {
@@ -644,14 +644,14 @@ impl SharedConj {
                     n_clauses: self.n,
                 }])
                 .build()?;
-            entries.push((f, *cl));
+            entries.push((f, i as u32));
         }
         entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
-        let (flows, clauses): (Vec<Flow>, Vec<Clause>) = entries.into_iter().unzip();
+        let (flows, clause_index): (Vec<Flow>, Vec<u32>) = entries.into_iter().unzip();
         let keys = flows.iter().map(packed_key).collect();
         Ok(self.solo.get_or_init(|| SoloRun {
             run: Arc::from(flows),
-            clauses,
+            clause_index,
             keys,
         }))
     }
@@ -767,6 +767,8 @@ struct AssemblyScratch {
     entries: Vec<([u64; 4], u32, u32)>,
     /// The pieces of runs the node takes: run (an index into the runs) and range.
     pieces: Vec<(u32, std::ops::Range<u32>)>,
+    /// Per clause of the shared conjunction at hand: whether the node takes its solo flow.
+    is_solo: Vec<bool>,
 }
 
 impl PolicyCache {
@@ -1090,6 +1092,7 @@ fn assemble<'g>(
     }
     let pieces = &mut scratch.pieces;
     pieces.clear();
+    let is_solo = &mut scratch.is_solo;
     let mut runs: Vec<KeyedRun<'_>> = Vec::new();
     for g in groups {
         let r = push_run(&mut runs, (&g.own, g.own_keys.as_deref()));
@@ -1102,25 +1105,26 @@ fn assemble<'g>(
         let r = push_run(&mut runs, (&c.conj, c.conj_key.as_ref().map(|k| &k[..])));
         pieces.push((r, 0..1));
         // A clause another conjunction here uses too goes into the node's merged flows.
-        let mut any_solo = false;
+        is_solo.clear();
         for (cl, k) in &c.clauses {
-            if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
-                any_solo = true;
+            let solo = count.get(&(table, *cl)).copied().unwrap_or(0) < 2;
+            is_solo.push(solo);
+            if solo {
                 continue;
             }
             let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
             e.0.push((c.id, *k, c.n));
             e.1 = e.1.min(*pc);
         }
-        if !any_solo {
+        if !is_solo.contains(&true) {
             continue;
         }
         // The solo run, less the merged clauses.
         let solo = c.solo()?;
         let r = push_run(&mut runs, (&solo.run, solo.keys.as_deref()));
         let mut start = 0;
-        for (i, cl) in solo.clauses.iter().enumerate() {
-            if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
+        for (i, clause) in solo.clause_index.iter().enumerate() {
+            if is_solo.get(*clause as usize).copied().unwrap_or(true) {
                 continue;
             }
             if start < i {
