@@ -243,21 +243,28 @@ struct Peers {
     dim: Arc<BTreeSet<Clause>>,
 }
 
+/// Namespaces by name, each with its NETID.
+type NamespaceNetIds = Arc<Vec<(String, u32)>>;
+
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
-    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
+    ns_cache: &'c mut HashMap<LabelSelector, NamespaceNetIds, FastHash>,
 }
 
 impl Resolver<'_, '_> {
-    fn namespaces(&mut self, sel: &LabelSelector) -> Arc<Vec<String>> {
+    /// The namespaces `sel` selects, with their NETIDs: taken from the selection itself
+    /// rather than looked up again by name for each of the ~10,000 rules naming a team.
+    /// Policies are computed in networkpolicy mode only, where a namespace's effective NETID
+    /// is its own.
+    fn namespaces(&mut self, sel: &LabelSelector) -> NamespaceNetIds {
         if let Some(v) = self.ns_cache.get(sel) {
             return v.clone();
         }
-        let v: Arc<Vec<String>> = Arc::new(
+        let v: NamespaceNetIds = Arc::new(
             self.model
                 .selected_namespaces(sel)
-                .map(|n| n.name)
+                .map(|n| (n.name, n.netid))
                 .collect(),
         );
         self.ns_cache.insert(sel.clone(), v.clone());
@@ -297,15 +304,18 @@ impl Resolver<'_, '_> {
                     namespace_selector,
                     pod_selector,
                 } => {
-                    let names: Arc<Vec<String>> = match namespace_selector {
-                        None => Arc::new(vec![p.namespace.clone()]),
+                    let names: NamespaceNetIds = match namespace_selector {
+                        None => Arc::new(vec![(
+                            p.namespace.clone(),
+                            self.model.effective_netid(&p.namespace),
+                        )]),
                         Some(s) => self.namespaces(s),
                     };
                     // Every pod of the namespaces (`podSelector: {}` or none).
                     let whole_ns = pod_selector.as_ref().is_none_or(|s| s.is_empty());
                     let psel = pod_selector.as_ref().unwrap_or(&all);
-                    for ns in names.iter() {
-                        let netid = self.model.effective_netid(ns);
+                    for (ns, netid) in names.iter() {
+                        let netid = *netid;
                         // Ingress from a whole namespace is its NETID in reg0, except NETID 0,
                         // which host and external traffic share: those pods go by address.
                         let by_netid = whole_ns && dir == Direction::Ingress && netid != 0;
@@ -744,8 +754,10 @@ struct NsGroup {
 /// selector selects (per namespace epoch).
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    namespace_epoch: u64,
-    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
+    /// (namespace epoch, config epoch) `ns_cache` is valid for: a mode change may change
+    /// the NETIDs it holds.
+    ns_cache_epochs: (u64, u64),
+    ns_cache: HashMap<LabelSelector, NamespaceNetIds, FastHash>,
     /// By namespace, then name.
     policies: HashMap<String, HashMap<String, PolicyEntry, FastHash>, FastHash>,
     ids: ConjIds,
@@ -780,9 +792,11 @@ impl PolicyCache {
         node: &str,
         pods: &[&PodInfo],
     ) -> Result<FlowSet, PipelineError> {
-        // Namespace selections change only with the namespaces and their labels.
-        if model.namespace_epoch() != self.namespace_epoch {
-            self.namespace_epoch = model.namespace_epoch();
+        // Namespace selections change only with the namespaces and their labels, their NETIDs
+        // with the mode.
+        let epochs = (model.namespace_epoch(), model.config_epoch());
+        if epochs != self.ns_cache_epochs {
+            self.ns_cache_epochs = epochs;
             self.ns_cache.clear();
         }
         if !model.is_policy_mode() {
