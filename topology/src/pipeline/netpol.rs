@@ -588,7 +588,7 @@ struct SharedConj {
     cookie: u64,
     /// The peer and port clauses with their dimension, in dimension order.
     clauses: Vec<(Clause, u8)>,
-    /// The `conj_id` flow alone.
+    /// The `conj_id` flow alone (for nodes that take no solo flow).
     conj: SharedRun,
     /// Its packed key (None when it does not pack).
     conj_key: Option<[[u64; 4]; 1]>,
@@ -596,11 +596,13 @@ struct SharedConj {
     solo: OnceLock<SoloRun>,
 }
 
-/// A shared conjunction's solo clause flows, sorted.
+/// A shared conjunction's solo clause flows and its `conj_id` flow, sorted: a node that takes
+/// solo flows takes them and the `conj_id` flow as pieces of one run.
 #[derive(Debug)]
 struct SoloRun {
     run: SharedRun,
-    /// Per run entry: the index of its clause in [`SharedConj::clauses`].
+    /// Per run entry: the index of its clause in [`SharedConj::clauses`] ([`CONJ_ID_ENTRY`] for
+    /// the `conj_id` flow).
     clause_index: Vec<u32>,
     /// Per run entry: its packed key (None when one does not pack).
     keys: Option<Vec<[u64; 4]>>,
@@ -644,7 +646,8 @@ impl SharedConj {
         if let Some(s) = self.solo.get() {
             return Ok(s);
         }
-        let mut entries: Vec<(Flow, u32)> = Vec::with_capacity(self.clauses.len());
+        let mut entries: Vec<(Flow, u32)> = Vec::with_capacity(self.clauses.len() + 1);
+        entries.extend(self.conj.iter().map(|f| (f.clone(), CONJ_ID_ENTRY)));
         for (i, (cl, k)) in self.clauses.iter().enumerate() {
             let f = FlowBuilder::new(self.dir.table(), Band::PolicyConjunction, self.cookie)
                 .matching(cl.to_match())
@@ -666,6 +669,9 @@ impl SharedConj {
         }))
     }
 }
+
+/// The clause index of a solo run's `conj_id` flow (not a clause: every node takes it).
+const CONJ_ID_ENTRY: u32 = u32::MAX;
 
 /// A rule's conjunction names: its base name and its numeric-ports variant (`{base}/n`).
 type RuleNames = (Arc<str>, Arc<str>);
@@ -1116,8 +1122,6 @@ fn assemble<'g>(
     for (shared, _, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else { continue };
-        let r = push_run(&mut runs, (&c.conj, c.conj_key.as_ref().map(|k| &k[..])));
-        pieces.push((r, 0..1));
         // A clause another conjunction here uses too goes into the node's merged flows.
         is_solo.clear();
         for (cl, k) in &c.clauses {
@@ -1131,14 +1135,18 @@ fn assemble<'g>(
             e.1 = e.1.min(*pc);
         }
         if !is_solo.contains(&true) {
+            let r = push_run(&mut runs, (&c.conj, c.conj_key.as_ref().map(|k| &k[..])));
+            pieces.push((r, 0..1));
             continue;
         }
-        // The solo run, less the merged clauses.
+        // The solo run (with the `conj_id` flow: fewer pieces), less the merged clauses.
         let solo = c.solo()?;
         let r = push_run(&mut runs, (&solo.run, solo.keys.as_deref()));
         let mut start = 0;
         for (i, clause) in solo.clause_index.iter().enumerate() {
-            if is_solo.get(*clause as usize).copied().unwrap_or(true) {
+            // The `conj_id` entry has no clause: taken.
+            let merged_here = is_solo.get(*clause as usize).is_some_and(|solo| !solo);
+            if !merged_here {
                 continue;
             }
             if start < i {
