@@ -130,12 +130,20 @@ impl FlowBuilder {
 
     /// Append apply-actions.
     pub fn actions(mut self, a: impl IntoIterator<Item = Action>) -> Self {
+        // Room for exactly these: a growing vector starts at 4 actions, and `build` would
+        // copy the flow's one or two into an exact allocation (a malloc and a free per flow).
+        let a = a.into_iter();
+        self.actions.reserve_exact(a.size_hint().0);
         self.actions.extend(a);
         self
     }
 
     /// Append one apply-action.
     pub fn action(mut self, a: Action) -> Self {
+        // As in `actions`: a flow's only action gets no spare room for `build` to copy away.
+        if self.actions.is_empty() {
+            self.actions.reserve_exact(1);
+        }
         self.actions.push(a);
         self
     }

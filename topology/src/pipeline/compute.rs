@@ -148,22 +148,24 @@ impl Pipeline {
         let multitenant = statics.mode == Mode::Multitenant;
         // The node's pods, looked up once for the local, policy and multicast parts.
         let local_pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
-        let mut pods: BTreeMap<PodKey, PodInputs> = BTreeMap::new();
         let mut netids: BTreeSet<u32> = BTreeSet::new();
-        for p in &local_pods {
-            let netid = model.effective_netid(&p.key.namespace);
-            if multitenant && netid != 0 {
-                netids.insert(netid);
-            }
-            pods.insert(
-                p.key.clone(),
-                PodInputs {
+        // Collected (the pods come in key order: a bulk build) rather than inserted one by
+        // one, each insert a search comparing `String`s.
+        let pods: BTreeMap<PodKey, PodInputs> = local_pods
+            .iter()
+            .map(|p| {
+                let netid = model.effective_netid(&p.key.namespace);
+                if multitenant && netid != 0 {
+                    netids.insert(netid);
+                }
+                let inputs = PodInputs {
                     ip: p.ip,
                     ofport: p.ofport,
                     netid,
-                },
-            );
-        }
+                };
+                (p.key.clone(), inputs)
+            })
+            .collect();
         let local = match self.nodes.get(node) {
             Some(c) if c.statics == statics => {
                 if c.pods == pods && c.netids == netids {

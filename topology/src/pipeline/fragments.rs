@@ -437,10 +437,14 @@ pub fn pod_flows(key: &PodKey, p: &PodInputs) -> Result<[Flow; 5], PipelineError
     let ck = cookie::pod_cookie(&key.namespace, &key.name);
     let fb = |t, b| FlowBuilder::new(t, b, ck);
     let mac = pod_mac(p.ip);
+    // Room for exactly the flow's fields: `build` keeps the allocation as it is (these are
+    // five flows per pod, rebuilt with every node's local flows).
+    let ip = |fields| Match::with_capacity(fields).eth_type(IPV4);
+    let arp = |fields| Match::with_capacity(fields).eth_type(ARP);
     Ok([
         fb(T::PodIn, Band::PerObject)
             .matching(
-                arp()
+                arp(5)
                     .in_port(p.ofport)
                     .eth_src(mac)
                     .arp_spa(p.ip, 32)
@@ -450,21 +454,21 @@ pub fn pod_flows(key: &PodKey, p: &PodInputs) -> Result<[Flow; 5], PipelineError
             .goto(T::CtCommit)
             .build()?,
         fb(T::PodIn, Band::PerObject)
-            .matching(ip().in_port(p.ofport).eth_src(mac).ipv4_src(p.ip, 32))
+            .matching(ip(4).in_port(p.ofport).eth_src(mac).ipv4_src(p.ip, 32))
             .action(regs::set_src_netid(p.netid))
             .goto(T::PolicyEgress)
             .build()?,
         fb(T::ServiceReturn, Band::PerObject)
-            .matching(ip().ipv4_src(p.ip, 32))
+            .matching(ip(2).ipv4_src(p.ip, 32))
             .action(regs::set_src_netid(p.netid))
             .goto(T::PolicyEgress)
             .build()?,
         fb(T::ArpLocal, Band::PerObject)
-            .matching(arp().arp_tpa(p.ip, 32))
+            .matching(arp(2).arp_tpa(p.ip, 32))
             .action(Action::output(p.ofport))
             .build()?,
         fb(T::LocalPod, Band::PerObject)
-            .matching(ip().ipv4_dst(p.ip, 32))
+            .matching(ip(2).ipv4_dst(p.ip, 32))
             .actions([regs::set_dst_netid(p.netid), regs::set_dst_port(p.ofport)])
             .goto(T::Isolation)
             .build()?,

@@ -32,7 +32,7 @@ use ofproto::oxm::eth_type::IPV4;
 use ofproto::{Action, Field, Flow, Match};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Which way a rule looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -243,21 +243,28 @@ struct Peers {
     dim: Arc<BTreeSet<Clause>>,
 }
 
+/// Namespaces by name, each with its NETID.
+type NamespaceNetIds = Arc<Vec<(String, u32)>>;
+
 /// Resolves selectors against the model, caching namespace selections per selector.
 struct Resolver<'m, 'c> {
     model: &'m ClusterModel,
-    ns_cache: &'c mut HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
+    ns_cache: &'c mut HashMap<LabelSelector, NamespaceNetIds, FastHash>,
 }
 
 impl Resolver<'_, '_> {
-    fn namespaces(&mut self, sel: &LabelSelector) -> Arc<Vec<String>> {
+    /// The namespaces `sel` selects, with their NETIDs: taken from the selection itself
+    /// rather than looked up again by name for each of the ~10,000 rules naming a team.
+    /// Policies are computed in networkpolicy mode only, where a namespace's effective NETID
+    /// is its own.
+    fn namespaces(&mut self, sel: &LabelSelector) -> NamespaceNetIds {
         if let Some(v) = self.ns_cache.get(sel) {
             return v.clone();
         }
-        let v: Arc<Vec<String>> = Arc::new(
+        let v: NamespaceNetIds = Arc::new(
             self.model
                 .selected_namespaces(sel)
-                .map(|n| n.name)
+                .map(|n| (n.name, n.netid))
                 .collect(),
         );
         self.ns_cache.insert(sel.clone(), v.clone());
@@ -297,15 +304,18 @@ impl Resolver<'_, '_> {
                     namespace_selector,
                     pod_selector,
                 } => {
-                    let names: Arc<Vec<String>> = match namespace_selector {
-                        None => Arc::new(vec![p.namespace.clone()]),
+                    let names: NamespaceNetIds = match namespace_selector {
+                        None => Arc::new(vec![(
+                            p.namespace.clone(),
+                            self.model.effective_netid(&p.namespace),
+                        )]),
                         Some(s) => self.namespaces(s),
                     };
                     // Every pod of the namespaces (`podSelector: {}` or none).
                     let whole_ns = pod_selector.as_ref().is_none_or(|s| s.is_empty());
                     let psel = pod_selector.as_ref().unwrap_or(&all);
-                    for ns in names.iter() {
-                        let netid = self.model.effective_netid(ns);
+                    for (ns, netid) in names.iter() {
+                        let netid = *netid;
                         // Ingress from a whole namespace is its NETID in reg0, except NETID 0,
                         // which host and external traffic share: those pods go by address.
                         let by_netid = whole_ns && dir == Direction::Ingress && netid != 0;
@@ -561,19 +571,39 @@ pub fn node_policy_flows(model: &ClusterModel, node: &str) -> Result<SharedRun, 
     Ok(fs.iter().cloned().collect())
 }
 
-/// The node-independent part of one conjunction, built once and shared (`Arc`) by every node
-/// whose pods the rule selects: its id, and its *solo* flows — one clause flow per alternative
-/// of the peer and port dimensions, each with this conjunction's action alone, and the
-/// `conj_id` flow — sorted. A node whose other conjunctions use the same clause takes that
-/// entry out and holds one merged flow instead.
+/// The node-independent part of one conjunction, shared (`Arc`) by every node whose pods the
+/// rule selects: its id, its `conj_id` flow, and its *solo* flows — one clause flow per
+/// alternative of the peer and port dimensions, each with this conjunction's action alone.
+/// A node whose other conjunctions use the same clause holds one merged flow for it instead,
+/// so the solo flows are built (once) only when a node first takes one of them: a clause every
+/// node merges (the egress ipBlock prefixes each namespace's policies share) is never built
+/// solo.
 #[derive(Debug)]
 struct SharedConj {
     id: u32,
     /// Dimensions in all, the target dimension included.
     n: u8,
+    /// The direction (its table) and the policy's cookie, to build the solo flows.
+    dir: Direction,
+    cookie: u64,
+    /// The peer and port clauses with their dimension, in dimension order.
+    clauses: Vec<(Clause, u8)>,
+    /// The `conj_id` flow alone (for nodes that take no solo flow).
+    conj: SharedRun,
+    /// Its packed key (None when it does not pack).
+    conj_key: Option<[[u64; 4]; 1]>,
+    /// The solo flows, built the first time a node takes one.
+    solo: OnceLock<SoloRun>,
+}
+
+/// A shared conjunction's solo clause flows and its `conj_id` flow, sorted: a node that takes
+/// solo flows takes them and the `conj_id` flow as pieces of one run.
+#[derive(Debug)]
+struct SoloRun {
     run: SharedRun,
-    /// Per run entry: its clause and dimension (None for the `conj_id` flow).
-    clauses: Vec<Option<(Clause, u8)>>,
+    /// Per run entry: the index of its clause in [`SharedConj::clauses`] ([`CONJ_ID_ENTRY`] for
+    /// the `conj_id` flow).
+    clause_index: Vec<u32>,
     /// Per run entry: its packed key (None when one does not pack).
     keys: Option<Vec<[u64; 4]>>,
 }
@@ -586,41 +616,62 @@ impl SharedConj {
         others: &[Arc<BTreeSet<Clause>>],
     ) -> Result<Self, PipelineError> {
         let n = others.len() as u8 + 1;
-        let table = dir.table();
-        let mut entries: Vec<(Flow, Option<(Clause, u8)>)> = Vec::new();
-        for (k, dim) in others.iter().enumerate() {
-            for cl in dim.iter() {
-                let f = FlowBuilder::new(table, Band::PolicyConjunction, cookie)
-                    .matching(cl.to_match())
-                    .actions([Action::Conjunction {
-                        id,
-                        // 0-based on the wire (OVS prints k+1); the target dimension is 0.
-                        clause: k as u8 + 1,
-                        n_clauses: n,
-                    }])
-                    .build()?;
-                entries.push((f, Some((*cl, k as u8 + 1))));
-            }
-        }
+        let clauses = others
+            .iter()
+            .enumerate()
+            // 0-based on the wire (OVS prints k+1); the target dimension is 0.
+            .flat_map(|(k, dim)| dim.iter().map(move |cl| (*cl, k as u8 + 1)))
+            .collect();
         let conj = allow(
-            FlowBuilder::new(table, Band::PolicyConjunction, cookie)
+            FlowBuilder::new(dir.table(), Band::PolicyConjunction, cookie)
                 .matching(Match::with_capacity(2).eth_type(IPV4).conj_id(id)),
             dir,
         )
         .build()?;
-        entries.push((conj, None));
-        entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
-        let (flows, clauses): (Vec<Flow>, Vec<Option<(Clause, u8)>>) = entries.into_iter().unzip();
-        let keys = flows.iter().map(packed_key).collect();
+        let conj_key = packed_key(&conj).map(|k| [k]);
         Ok(SharedConj {
             id,
             n,
-            run: Arc::from(flows),
+            dir,
+            cookie,
             clauses,
-            keys,
+            conj: Arc::from([conj]),
+            conj_key,
+            solo: OnceLock::new(),
         })
     }
+
+    /// The solo clause flows, built on first use.
+    fn solo(&self) -> Result<&SoloRun, PipelineError> {
+        if let Some(s) = self.solo.get() {
+            return Ok(s);
+        }
+        let mut entries: Vec<(Flow, u32)> = Vec::with_capacity(self.clauses.len() + 1);
+        entries.extend(self.conj.iter().map(|f| (f.clone(), CONJ_ID_ENTRY)));
+        for (i, (cl, k)) in self.clauses.iter().enumerate() {
+            let f = FlowBuilder::new(self.dir.table(), Band::PolicyConjunction, self.cookie)
+                .matching(cl.to_match())
+                .actions([Action::Conjunction {
+                    id: self.id,
+                    clause: *k,
+                    n_clauses: self.n,
+                }])
+                .build()?;
+            entries.push((f, i as u32));
+        }
+        entries.sort_by(|a, b| key_cmp(&a.0, &b.0));
+        let (flows, clause_index): (Vec<Flow>, Vec<u32>) = entries.into_iter().unzip();
+        let keys = flows.iter().map(packed_key).collect();
+        Ok(self.solo.get_or_init(|| SoloRun {
+            run: Arc::from(flows),
+            clause_index,
+            keys,
+        }))
+    }
 }
+
+/// The clause index of a solo run's `conj_id` flow (not a clause: every node takes it).
+const CONJ_ID_ENTRY: u32 = u32::MAX;
 
 /// A rule's conjunction names: its base name and its numeric-ports variant (`{base}/n`).
 type RuleNames = (Arc<str>, Arc<str>);
@@ -709,8 +760,10 @@ struct NsGroup {
 /// selector selects (per namespace epoch).
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    namespace_epoch: u64,
-    ns_cache: HashMap<LabelSelector, Arc<Vec<String>>, FastHash>,
+    /// (namespace epoch, config epoch) `ns_cache` is valid for: a mode change may change
+    /// the NETIDs it holds.
+    ns_cache_epochs: (u64, u64),
+    ns_cache: HashMap<LabelSelector, NamespaceNetIds, FastHash>,
     /// By namespace, then name.
     policies: HashMap<String, HashMap<String, PolicyEntry, FastHash>, FastHash>,
     ids: ConjIds,
@@ -732,6 +785,8 @@ struct AssemblyScratch {
     entries: Vec<([u64; 4], u32, u32)>,
     /// The pieces of runs the node takes: run (an index into the runs) and range.
     pieces: Vec<(u32, std::ops::Range<u32>)>,
+    /// Per clause of the shared conjunction at hand: whether the node takes its solo flow.
+    is_solo: Vec<bool>,
 }
 
 impl PolicyCache {
@@ -743,9 +798,11 @@ impl PolicyCache {
         node: &str,
         pods: &[&PodInfo],
     ) -> Result<FlowSet, PipelineError> {
-        // Namespace selections change only with the namespaces and their labels.
-        if model.namespace_epoch() != self.namespace_epoch {
-            self.namespace_epoch = model.namespace_epoch();
+        // Namespace selections change only with the namespaces and their labels, their NETIDs
+        // with the mode.
+        let epochs = (model.namespace_epoch(), model.config_epoch());
+        if epochs != self.ns_cache_epochs {
+            self.ns_cache_epochs = epochs;
             self.ns_cache.clear();
         }
         if !model.is_policy_mode() {
@@ -1036,7 +1093,8 @@ fn clause_flows(
 
 /// One node's policy flows from the conjunctions it uses: each namespace's own run (see
 /// [`target_flows`]), the peer and port clause flows several of its conjunctions share
-/// (merged here, across namespaces), and each shared conjunction's run less those entries.
+/// (merged here, across namespaces), and each shared conjunction's `conj_id` flow and solo
+/// flows less those clauses.
 fn assemble<'g>(
     scratch: &mut AssemblyScratch,
     groups: impl Iterator<Item = &'g NsGroup> + Clone,
@@ -1047,13 +1105,14 @@ fn assemble<'g>(
     count.clear();
     for (shared, _, dir, _) in used.clone() {
         if let Some(c) = shared {
-            for (cl, _) in c.clauses.iter().flatten() {
+            for (cl, _) in &c.clauses {
                 *count.entry((dir.table(), *cl)).or_default() += 1;
             }
         }
     }
     let pieces = &mut scratch.pieces;
     pieces.clear();
+    let is_solo = &mut scratch.is_solo;
     let mut runs: Vec<KeyedRun<'_>> = Vec::new();
     for g in groups {
         let r = push_run(&mut runs, (&g.own, g.own_keys.as_deref()));
@@ -1063,24 +1122,40 @@ fn assemble<'g>(
     for (shared, _, dir, pc) in used {
         let table = dir.table();
         let Some(c) = shared else { continue };
-        // The shared run, less the clauses another conjunction here uses too.
-        let r = push_run(&mut runs, (&c.run, c.keys.as_deref()));
+        // A clause another conjunction here uses too goes into the node's merged flows.
+        is_solo.clear();
+        for (cl, k) in &c.clauses {
+            let solo = count.get(&(table, *cl)).copied().unwrap_or(0) < 2;
+            is_solo.push(solo);
+            if solo {
+                continue;
+            }
+            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
+            e.0.push((c.id, *k, c.n));
+            e.1 = e.1.min(*pc);
+        }
+        if !is_solo.contains(&true) {
+            let r = push_run(&mut runs, (&c.conj, c.conj_key.as_ref().map(|k| &k[..])));
+            pieces.push((r, 0..1));
+            continue;
+        }
+        // The solo run (with the `conj_id` flow: fewer pieces), less the merged clauses.
+        let solo = c.solo()?;
+        let r = push_run(&mut runs, (&solo.run, solo.keys.as_deref()));
         let mut start = 0;
-        for (i, cl) in c.clauses.iter().enumerate() {
-            let Some((cl, k)) = cl else { continue };
-            if count.get(&(table, *cl)).copied().unwrap_or(0) < 2 {
+        for (i, clause) in solo.clause_index.iter().enumerate() {
+            // The `conj_id` entry has no clause: taken.
+            let merged_here = is_solo.get(*clause as usize).is_some_and(|solo| !solo);
+            if !merged_here {
                 continue;
             }
             if start < i {
                 pieces.push((r, start as u32..i as u32));
             }
             start = i + 1;
-            let e = merged.entry((table, *cl)).or_insert((Vec::new(), *pc));
-            e.0.push((c.id, *k, c.n));
-            e.1 = e.1.min(*pc);
         }
-        if start < c.run.len() {
-            pieces.push((r, start as u32..c.run.len() as u32));
+        if start < solo.run.len() {
+            pieces.push((r, start as u32..solo.run.len() as u32));
         }
     }
     let mut flows: Vec<Flow> = Vec::with_capacity(merged.len());
