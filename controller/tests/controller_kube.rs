@@ -178,6 +178,22 @@ async fn change_handled(api: &MockApiServer, name: &str, want: impl Fn(u64) -> b
     );
 }
 
+/// Wait for a Warning event about `name` with `reason` whose note contains `text`.
+async fn wait_for_warning(api: &MockApiServer, name: &str, reason: &str, text: &str) {
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            warnings_about(a, name)
+                .iter()
+                .any(|(r, n)| r == reason && n.contains(text))
+        })
+        .await;
+    assert!(
+        ok,
+        "no {reason} event about {name}: {:?}",
+        api.list("events.events.k8s.io", None)
+    );
+}
+
 /// Warning events about `name` (events.k8s.io/v1), as (reason, note).
 fn warnings_about(api: &MockApiServer, name: &str) -> Vec<(String, String)> {
     api.list("events.events.k8s.io", None)
@@ -274,14 +290,7 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     // A malformed request is removed and reported.
     request_change_network(&api, "ns2", "merge-with:ns1");
     change_handled(&api, "ns2", |id| id == 0).await;
-    let ok = api
-        .wait_for_async(WAIT, |a| {
-            warnings_about(a, "ns2")
-                .iter()
-                .any(|(r, n)| r == "ChangeNetworkRefused" && n.contains("merge-with:ns1"))
-        })
-        .await;
-    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    wait_for_warning(&api, "ns2", "ChangeNetworkRefused", "merge-with:ns1").await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 
     // Egress IPs: manual on a HostSubnet, and placed automatically on a node with egressCIDRs;
@@ -461,14 +470,7 @@ async fn network_policies_follow_their_objects_and_bad_ones_are_reported() {
         "metadata": {"name": "broken", "namespace": "ns1"},
         "spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}
     }));
-    let ok = api
-        .wait_for_async(WAIT, |a| {
-            warnings_about(a, "broken")
-                .iter()
-                .any(|(r, n)| r == "Refused" && n.contains("10.0.0.0/33"))
-        })
-        .await;
-    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    wait_for_warning(&api, "broken", "Refused", "10.0.0.0/33").await;
     assert_eq!(sbx.dump_flows("node-a").expect("dump"), without);
     // In this mode a change-network request is refused and removed.
     request_change_network(&api, "ns3", "join:ns1");
@@ -957,14 +959,7 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
     let mut o = api.get("netnamespaces", None, "ns1").expect("ns1");
     o["egressIPs"] = json!(["10.128.0.9"]);
     api.put(o);
-    let ok = api
-        .wait_for_async(WAIT, |a| {
-            warnings_about(a, "ns1")
-                .iter()
-                .any(|(r, n)| r == "Refused" && n.contains("10.128.0.9"))
-        })
-        .await;
-    assert!(ok, "no event: {:?}", api.list("events.events.k8s.io", None));
+    wait_for_warning(&api, "ns1", "Refused", "10.128.0.9").await;
     let mut admin = c.admin().await;
     let ns1 = admin
         .list_net_namespaces(pa::Empty {})
