@@ -95,6 +95,17 @@ fn cno_objects(api: &MockApiServer, cidr: &str, mode: &str, vxlan_port: u16, mtu
                             "openshiftSDNConfig": {"mode": mode, "vxlanPort": vxlan_port, "mtu": mtu}}}}));
 }
 
+/// A NetworkPolicy letting ns2 reach ns1's `app=ns1` pods on their named port `http`.
+fn web_from_ns2() -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-ns2", "namespace": "ns1"},
+        "spec": {"podSelector": {"matchLabels": {"app": "ns1"}},
+                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
+                              "ports": [{"port": "http"}]}]}
+    })
+}
+
 /// A controller on the Kubernetes datastore of `api`.
 fn kube_controller(dir: &Path, api: &MockApiServer, name: &str, extra: &[&str]) -> Controller {
     let kubeconfig = dir.join(format!("{name}.kubeconfig"));
@@ -424,13 +435,7 @@ async fn network_policies_follow_their_objects_and_bad_ones_are_reported() {
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
     let without = sbx.dump_flows("node-a").expect("dump");
 
-    api.put(json!({
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": "web-from-ns2", "namespace": "ns1"},
-        "spec": {"podSelector": {"matchLabels": {"app": "ns1"}},
-                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
-                              "ports": [{"port": "http"}]}]}
-    }));
+    api.put(web_from_ns2());
     let table80 = |flows: &[String]| -> Vec<String> {
         flows
             .iter()
@@ -986,13 +991,7 @@ async fn installed_on_a_cluster_that_already_has_policies() {
                    "metadata": {"name": "fw", "namespace": "ns2"},
                    "spec": {"egress": [{"type": "Deny", "to": {"cidrSelector": "192.0.2.0/24"}}]}}),
     );
-    api.put(json!({
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": "web-from-ns2", "namespace": "ns1"},
-        "spec": {"podSelector": {"matchLabels": {"app": "ns1"}},
-                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ns2"}}}],
-                              "ports": [{"port": "http"}]}]}
-    }));
+    api.put(web_from_ns2());
     let cfg = config_file(dir.path(), "networkpolicy");
     let cfg = cfg.to_string_lossy().into_owned();
     let c = kube_controller(dir.path(), &api, "c", &["--config", &cfg]);

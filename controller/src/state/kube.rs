@@ -328,30 +328,14 @@ impl Cache {
     }
 
     /// The record keys an object's content feeds.
-    fn keys_of(&self, k: &ObjKey, o: &Obj) -> Vec<RecordKey> {
+    fn keys_of(k: &ObjKey, o: &Obj) -> Vec<RecordKey> {
         let (_, ns, name) = k;
         match o {
             Obj::Node(_) => vec![],
             Obj::Namespace(_) => vec![RecordKey::Namespace(name.clone())],
             Obj::Pod(_) => vec![RecordKey::Pod(ns.clone(), name.clone())],
             Obj::HostSubnet(_) => vec![RecordKey::Node(name.clone()), RecordKey::EgressIps],
-            Obj::NetNamespace(_) => {
-                // The namespace's pods and policies wait for its NetNamespace (see `derive`).
-                let mut keys = vec![
-                    RecordKey::Namespace(name.clone()),
-                    RecordKey::EgressIps,
-                    RecordKey::EgressNetworkPolicy(name.clone()),
-                ];
-                keys.extend(
-                    self.in_namespace(Kind::Pod, name)
-                        .map(|p| RecordKey::Pod(name.clone(), p)),
-                );
-                keys.extend(
-                    self.in_namespace(Kind::NetworkPolicy, name)
-                        .map(|p| RecordKey::NetworkPolicy(name.clone(), p)),
-                );
-                keys
-            }
+            Obj::NetNamespace(_) => vec![RecordKey::Namespace(name.clone()), RecordKey::EgressIps],
             Obj::ClusterNetwork(_) => vec![RecordKey::ClusterNetwork],
             Obj::NetworkPolicy(_) => vec![RecordKey::NetworkPolicy(ns.clone(), name.clone())],
             Obj::EgressNetworkPolicy(_) => vec![RecordKey::EgressNetworkPolicy(ns.clone())],
@@ -360,6 +344,21 @@ impl Cache {
                 None => vec![],
             },
         }
+    }
+
+    /// The records that wait for namespace `ns`'s NetNamespace (see `derive`): re-derived when
+    /// it comes or goes, not on its every change.
+    fn waiting_for_netnamespace(&self, ns: &str) -> Vec<RecordKey> {
+        let mut keys = vec![RecordKey::EgressNetworkPolicy(ns.to_string())];
+        keys.extend(
+            self.in_namespace(Kind::Pod, ns)
+                .map(|p| RecordKey::Pod(ns.to_string(), p)),
+        );
+        keys.extend(
+            self.in_namespace(Kind::NetworkPolicy, ns)
+                .map(|p| RecordKey::NetworkPolicy(ns.to_string(), p)),
+        );
+        keys
     }
 
     /// Derive one record from the objects (None: no such record, or its object is refused).
@@ -535,11 +534,15 @@ impl Cache {
             }
         }
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
-        if let Some(old) = self.objs.get(&k) {
-            keys.extend(self.keys_of(&k, old));
+        let old = self.objs.get(&k);
+        if let Some(old) = old {
+            keys.extend(Self::keys_of(&k, old));
         }
         if let Some(new) = &o {
-            keys.extend(self.keys_of(&k, new));
+            keys.extend(Self::keys_of(&k, new));
+        }
+        if k.0 == Kind::NetNamespace && old.is_some() != o.is_some() {
+            keys.extend(self.waiting_for_netnamespace(&k.2));
         }
         match o {
             Some(new) => {
@@ -557,15 +560,22 @@ impl Cache {
     /// Replace every object of a kind (a fresh listing).
     fn reset(&mut self, kind: Kind, objs: Vec<(ObjKey, Obj)>, emit: bool) {
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
-        let old: Vec<ObjKey> = self.of_kind(kind).map(|(k, _)| k.clone()).collect();
-        for k in old {
-            if let Some(o) = self.objs.remove(&k) {
-                keys.extend(self.keys_of(&k, &o));
+        let old: BTreeSet<ObjKey> = self.of_kind(kind).map(|(k, _)| k.clone()).collect();
+        for k in &old {
+            if let Some(o) = self.objs.remove(k) {
+                keys.extend(Self::keys_of(k, &o));
             }
         }
+        let mut new = BTreeSet::new();
         for (k, o) in objs {
-            keys.extend(self.keys_of(&k, &o));
-            self.objs.insert(k, o);
+            keys.extend(Self::keys_of(&k, &o));
+            self.objs.insert(k.clone(), o);
+            new.insert(k);
+        }
+        if kind == Kind::NetNamespace {
+            for k in old.symmetric_difference(&new) {
+                keys.extend(self.waiting_for_netnamespace(&k.2));
+            }
         }
         self.synced.insert(kind);
         self.bump_changed();
