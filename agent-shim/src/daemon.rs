@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use proto::node::RegisterNodeRequest;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::netlink::{Netlink, NetlinkError};
 use crate::node::{ensure_node, BridgeSpec, NodeSettings, SetupError};
@@ -167,6 +167,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     if args.uninstall {
         let removed = crate::node::uninstall(
             &Vsctl::default(),
+            &Netlink::connect()?,
             &args.bridge,
             Some(&args.networkmanager_conf_dir),
         )
@@ -268,9 +269,29 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
             }
         });
     }
+    let pods = Arc::new(PodManager::new(
+        vsctl.clone(),
+        nl.clone(),
+        api,
+        args.bridge.clone(),
+        settings.clone(),
+    ));
+    let reclaimed = pods.reclaim_orphans().await;
+    if !reclaimed.is_empty() {
+        info!(ports = %reclaimed.join(","), "removed the ports of pods deleted while the shim was down");
+    }
+    match pods.load_known().await {
+        Ok(n) => debug!(ports = n, "pod ports on the bridge"),
+        Err(e) => warn!(error = %e, "cannot list the pod ports to keep on the bridge"),
+    }
     if args.node_reconcile_interval > 0 {
-        let (vsctl, nl, spec, settings) =
-            (vsctl.clone(), nl.clone(), spec.clone(), settings.clone());
+        let (vsctl, nl, spec, settings, pods) = (
+            vsctl.clone(),
+            nl.clone(),
+            spec.clone(),
+            settings.clone(),
+            pods.clone(),
+        );
         let every = Duration::from_secs(args.node_reconcile_interval);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -284,21 +305,23 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
                             warn!(change = %c, "node set-up repaired (changed behind the shim's back)");
                         }
                     }
-                    Err(e) => warn!(error = %e, "node set-up check failed; retrying"),
+                    Err(e) => {
+                        warn!(error = %e, "node set-up check failed; retrying");
+                        continue;
+                    }
+                }
+                match pods.restore_ports().await {
+                    Ok(done) => {
+                        for d in done {
+                            warn!(port = %d, "pod port repaired (vanished from the bridge behind the shim's back)");
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e.msg, details = %e.details, "pod port check failed; retrying")
+                    }
                 }
             }
         });
-    }
-    let pods = Arc::new(PodManager::new(
-        vsctl,
-        nl,
-        api,
-        args.bridge.clone(),
-        settings,
-    ));
-    let reclaimed = pods.reclaim_orphans().await;
-    if !reclaimed.is_empty() {
-        info!(ports = %reclaimed.join(","), "removed the ports of pods deleted while the shim was down");
     }
     // The socket appears once the node is clean: a CNI call never meets a half-done start.
     let listener = server::bind(&args.cni_socket)?;

@@ -423,14 +423,21 @@ pub async fn ensure_node(
 }
 
 /// `flowmesh-shim --uninstall`: remove what the shim set up on the node — br0 with its ports
-/// (vxlan0, tun0 and its routes, pod ports), the nftables tables, the NetworkManager file.
-/// Returns what was removed.
+/// (vxlan0, tun0 and its routes, pod ports and the host ends of their veths), the nftables
+/// tables, the NetworkManager file. Returns what was removed.
 pub async fn uninstall(
     vsctl: &Vsctl,
+    nl: &Netlink,
     bridge: &str,
     nm_conf_dir: Option<&std::path::Path>,
 ) -> Result<Vec<String>, SetupError> {
     let mut removed = Vec::new();
+    // The pod veths' host ends would outlive the bridge: removing one also removes its pod end.
+    for p in vsctl.pod_ports().await? {
+        if nl.del_link(&p.name).await? {
+            removed.push(format!("pod veth {}", p.name));
+        }
+    }
     if observe_ovs(vsctl, bridge).await?.bridge.is_some() {
         vsctl.run(&["--if-exists", "del-br", bridge]).await?;
         removed.push(format!("bridge {bridge}"));

@@ -68,6 +68,8 @@ pub struct PodPort {
     pub name: String,
     /// Its external_ids.
     pub external_ids: BTreeMap<String, String>,
+    /// Its OpenFlow port number, once OVS assigned one.
+    pub ofport: Option<u32>,
 }
 
 /// Runs `ovs-vsctl`.
@@ -201,6 +203,7 @@ impl Vsctl {
         bridge: &str,
         port: &str,
         external_ids: &[(&str, &str)],
+        ofport_request: Option<u32>,
     ) -> Result<(), OvsError> {
         let mut args: Vec<String> = vec![
             "--may-exist".into(),
@@ -208,13 +211,14 @@ impl Vsctl {
             bridge.into(),
             port.into(),
         ];
-        if !external_ids.is_empty() {
+        if !external_ids.is_empty() || ofport_request.is_some() {
             args.extend(["--", "set", "Interface", port].map(String::from));
             args.extend(
                 external_ids
                     .iter()
                     .map(|(k, v)| format!("external_ids:{}={}", quote(k), quote(v))),
             );
+            args.extend(ofport_request.map(|p| format!("ofport_request={p}")));
         }
         self.run(&args).await.map(|_| ())
     }
@@ -232,7 +236,7 @@ impl Vsctl {
             .run(&[
                 "--format=json",
                 "--data=json",
-                "--columns=name,external_ids",
+                "--columns=name,external_ids,ofport",
                 "list",
                 "Interface",
             ])
@@ -243,9 +247,16 @@ impl Vsctl {
             .filter_map(|r| {
                 let name = r.get("name")?.as_str()?.to_owned();
                 let external_ids = r.get("external_ids").map(ovs_map).unwrap_or_default();
-                external_ids
-                    .contains_key(ext::SANDBOX)
-                    .then_some(PodPort { name, external_ids })
+                let ofport = r
+                    .get("ofport")
+                    .and_then(opt_int)
+                    .and_then(|p| u32::try_from(p).ok())
+                    .filter(|p| *p > 0);
+                external_ids.contains_key(ext::SANDBOX).then_some(PodPort {
+                    name,
+                    external_ids,
+                    ofport,
+                })
             })
             .collect())
     }

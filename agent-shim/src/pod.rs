@@ -18,7 +18,7 @@ use crate::net::{mac_to_string, pod_mac, Ipv4Net};
 use crate::netlink::{in_netns, is_up, link_mac, Netlink, NetlinkError, RouteEntry};
 use crate::node::{NodeSettings, MULTICAST};
 use crate::nodeapi::{NodeApi, NodeApiError};
-use crate::ovs::{ext, OvsError, Vsctl};
+use crate::ovs::{ext, OvsError, PodPort, Vsctl};
 use crate::protocol::{ShimRequest, ShimResponse};
 
 /// How long ADD waits for OVS to assign the pod port's ofport.
@@ -71,6 +71,10 @@ pub struct PodManager {
     bridge: String,
     settings: NodeSettings,
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// The pod ports this shim attached or found at start, by port name, with their ofport
+    /// and external ids: what `restore_ports` puts back when they vanish from OVS (br0
+    /// deleted and recreated behind the shim's back).
+    known: Mutex<BTreeMap<String, PodPort>>,
 }
 
 impl PodManager {
@@ -89,7 +93,90 @@ impl PodManager {
             bridge,
             settings,
             locks: Mutex::new(HashMap::new()),
+            known: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PodPort>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Learns the pod ports now on OVS (at start, after `reclaim_orphans`): the ones
+    /// `restore_ports` keeps there.
+    pub async fn load_known(&self) -> Result<usize, OvsError> {
+        let ports = self.vsctl.pod_ports().await?;
+        let mut known = self.known();
+        known.extend(
+            ports
+                .into_iter()
+                .filter(|p| p.ofport.is_some())
+                .map(|p| (p.name.clone(), p)),
+        );
+        Ok(known.len())
+    }
+
+    /// Puts back on the bridge, with their OpenFlow port numbers and external ids, the pod
+    /// ports that vanished from OVS while their pod still runs (br0 deleted and recreated
+    /// behind the shim's back): the controller's flows for them apply again unchanged. A
+    /// vanished port whose veth is gone too is a pod that went away: it is cleaned up as DEL
+    /// would. Returns what was done, one line each.
+    pub async fn restore_ports(&self) -> Result<Vec<String>, CniError> {
+        let snapshot: Vec<PodPort> = self.known().values().cloned().collect();
+        if snapshot.is_empty() {
+            return Ok(Vec::new());
+        }
+        let present: BTreeMap<String, Option<u32>> = self
+            .vsctl
+            .pod_ports()
+            .await
+            .map_err(ovs_err)?
+            .into_iter()
+            .map(|p| (p.name, p.ofport))
+            .collect();
+        let mut done = Vec::new();
+        for p in snapshot {
+            if present.contains_key(&p.name) {
+                continue;
+            }
+            let (Some(cid), Some(ifname), Some(ofport)) = (
+                p.external_ids.get(ext::SANDBOX),
+                p.external_ids.get(ext::IFNAME),
+                p.ofport,
+            ) else {
+                continue;
+            };
+            let lock = self.pod_lock(cid);
+            let _g = lock.lock().await;
+            // A DEL or GC may have run since the snapshot.
+            if !self.known().contains_key(&p.name) {
+                continue;
+            }
+            if self.nl.link(&p.name).await.map_err(nl_err)?.is_none() {
+                info!(container = %cid, port = %p.name, "a vanished pod port's pod is gone too: cleaning up");
+                self.del(cid, ifname, &BTreeMap::new()).await?;
+                done.push(format!("removed {}", p.name));
+                continue;
+            }
+            let ids: Vec<(&str, &str)> = p
+                .external_ids
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            self.vsctl
+                .add_port_with_ids(&self.bridge, &p.name, &ids, Some(ofport))
+                .await
+                .map_err(ovs_err)?;
+            let got = self
+                .vsctl
+                .wait_ofport(&p.name, OFPORT_TIMEOUT)
+                .await
+                .map_err(ovs_err)?;
+            if got != ofport {
+                warn!(port = %p.name, want = ofport, got, "a restored pod port got another OpenFlow port: its pod needs re-creating");
+            }
+            done.push(format!("restored {} (ofport {got})", p.name));
+        }
+        Ok(done)
     }
 
     /// The lock that serializes operations on one container.
@@ -230,7 +317,7 @@ impl PodManager {
         ];
         undo.push(Undo::Port(host.to_owned()));
         self.vsctl
-            .add_port_with_ids(&self.bridge, host, &ids)
+            .add_port_with_ids(&self.bridge, host, &ids, None)
             .await
             .map_err(ovs_err)?;
         let ofport = self
@@ -294,6 +381,15 @@ impl PodManager {
                 })
                 .collect(),
         };
+        let port = PodPort {
+            name: host.to_owned(),
+            external_ids: ids
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ofport: Some(ofport),
+        };
+        self.known().insert(host.to_owned(), port);
         Ok(result.to_json(&conf.cni_version))
     }
 
@@ -440,6 +536,7 @@ impl PodManager {
             .del_port(&self.bridge, &host)
             .await
             .map_err(ovs_err)?;
+        self.known().remove(&host);
         self.nl.del_link(&host).await.map_err(nl_err)?;
         match detach {
             Some(e) => Err(api_err(e)),

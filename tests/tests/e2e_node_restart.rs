@@ -1,8 +1,11 @@
 //! The node side across restarts, with real packets (NetnsLab, 3 nodes, flowmesh-cni pods):
 //! a shim killed and restarted while its pods run leaves them alone (a steady ping loses
 //! nothing, their ports are not re-created) and removes the port of a pod deleted while it was
-//! down (detached from the controller too); a restarted controller has every shim
-//! re-registered within about a second, and a CNI ADD right after works.
+//! down (detached from the controller too); vxlan0, tun0 and br0 itself (with the running
+//! pods' ports) deleted behind its back come back; a restarted controller has every shim
+//! re-registered within about a second, and a CNI ADD right after works. A node taken out of
+//! the cluster (shim stopped, `node delete`, `flowmesh-shim --uninstall`) leaves no flow
+//! about it on the other switches and nothing of flowmesh on itself.
 
 use flowmesh_tests::e2e::{CniCluster, ControllerOptions};
 use std::process::Command;
@@ -126,6 +129,39 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         );
     }
 
+    // br0 itself deleted behind the shim's back (its pod ports and the OpenFlow connection
+    // go with it): the shim recreates it and puts the running pod's port back at the same
+    // OpenFlow port, the controller resyncs the new bridge, and traffic resumes.
+    let b_ofport = b_port.rsplit(',').next().expect("ofport").to_string();
+    ovs2.vsctl(["del-br", "br0"]).expect("del-br");
+    let t = Instant::now();
+    while !iface(&c, 2, &b.host_veth).is_some_and(|r| r.ends_with(&format!(",{b_ofport}"))) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the pod port was not put back: {:?}\n{}",
+            iface(&c, 2, &b.host_veth),
+            flowmesh_tests::cni::log_tail(&c.shims[1].log, 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "br0 and the pod port recreated after {} ms",
+        t.elapsed().as_millis()
+    );
+    assert!(log_has(&c.shims[1].log, "pod port repaired"));
+    let t = Instant::now();
+    while c.lab.ping(&a.ns, b.ip.into(), 1).expect("ping").received == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no traffic to the pod after br0 was recreated"
+        );
+    }
+    eprintln!(
+        "traffic to the pod resumed {} ms after its port was back",
+        t.elapsed().as_millis()
+    );
+    c.wait_all_synced("switches after br0 was recreated");
+
     // The controller restarts: every shim re-registers within about a second of it answering
     // again, and a pod can be added right after.
     c.ctl.stop(&c.lab);
@@ -214,4 +250,101 @@ fn a_plain_container_bridge_keeps_its_own_networking() {
         3,
         "the build namespace lost the outside after the shim's set-up"
     );
+}
+
+/// A node taken out of the cluster: its shim stopped, `flowmeshctl node delete`, then
+/// `flowmesh-shim --uninstall` on it. The other switches lose every flow about it (its subnet,
+/// its tunnel endpoint) and keep working; its own switch, still connected, is left with the
+/// default drop only; its pods are forgotten; the uninstall removes br0, the pod veths and the
+/// nftables tables.
+#[test]
+fn a_removed_node_leaves_no_flows_or_ports() {
+    let c = CniCluster::start(&ControllerOptions::multitenant());
+    c.ctl(&["namespace", "create", "shop"]);
+    let a = c.add_cni_pod(1, "shop", "stay-a");
+    let b = c.add_cni_pod(2, "shop", "stay-b");
+    let g = c.add_cni_pod(3, "shop", "leave-c");
+    assert_eq!(c.lab.ping(&a.ns, g.ip.into(), 1).expect("ping").received, 1);
+    let node3_ip = c.lab.node(3).expect("node3").underlay_ip().to_string();
+    let subnets = c.ctl(&["get", "hostsubnets", "node3"]);
+    let subnet = subnets
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(2))
+        .unwrap_or_else(|| c.fail(&format!("no subnet for node3 in {subnets}")))
+        .to_string();
+    let about_node3 = |node: usize| -> Vec<String> {
+        c.lab
+            .node(node)
+            .expect("node")
+            .ovs()
+            .dump_flows("br0")
+            .expect("dump-flows")
+            .into_iter()
+            .filter(|f| f.contains(&node3_ip) || f.contains(&subnet))
+            .collect()
+    };
+    for n in [1, 2] {
+        assert!(
+            !about_node3(n).is_empty(),
+            "node{n} has no flows for node3 yet"
+        );
+    }
+
+    c.lab.stop_process(c.shims[2].pid);
+    c.ctl(&["node", "delete", "node3"]);
+    let t = Instant::now();
+    loop {
+        let left: Vec<String> = [1, 2].into_iter().flat_map(about_node3).collect();
+        let own = c
+            .lab
+            .node(3)
+            .expect("node3")
+            .ovs()
+            .dump_flows("br0")
+            .expect("dump-flows");
+        if left.is_empty() && own.len() == 1 && own[0].contains("actions=drop") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "after node delete: flows about node3 elsewhere {left:#?}; node3's own table {own:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pods = c.ctl(&["get", "pods", "-n", "shop"]);
+    assert!(
+        !pods.contains("leave-c") && pods.contains("stay-a"),
+        "{pods}"
+    );
+    assert!(!c.ctl(&["get", "hostsubnets"]).contains("node3"));
+    assert_eq!(c.lab.ping(&a.ns, b.ip.into(), 2).expect("ping").received, 2);
+    assert_eq!(c.lab.ping(&a.ns, g.ip.into(), 1).expect("ping").received, 0);
+
+    let removed =
+        flowmesh_tests::cni::shim_uninstall(&c.lab, 3, &c.ctl.shim_options()).expect("uninstall");
+    eprintln!("uninstall: {removed:?}");
+    assert!(
+        removed.contains(&format!("pod veth {}", g.host_veth))
+            && removed.contains(&"bridge br0".to_string()),
+        "{removed:?}"
+    );
+    let node3 = c.lab.node(3).expect("node3");
+    let links = c
+        .lab
+        .run_in(node3.ns(), "ip", &["-o", "link"])
+        .expect("ip link");
+    assert!(
+        !links.contains(&g.host_veth) && !links.contains("tun0"),
+        "{links}"
+    );
+    assert!(c
+        .lab
+        .run_in(node3.ns(), "nft", &["list", "tables"])
+        .expect("nft")
+        .lines()
+        .all(|l| !l.contains("flowmesh")));
+    // The pod end went with the host end.
+    let inside = c.lab.run_in(&g.ns, "ip", &["-o", "link"]).expect("ip link");
+    assert!(!inside.contains("eth0"), "{inside}");
 }
