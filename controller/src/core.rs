@@ -119,6 +119,7 @@ async fn store_writer(
     core: mpsc::UnboundedSender<CoreCmd>,
     revs: SharedRevisions,
     watched: bool,
+    metrics: Arc<Metrics>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut jobs = Vec::new();
@@ -146,7 +147,7 @@ async fn store_writer(
             jobs.into_iter().partition(|j| j.leader_only);
         for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
             if !group.is_empty() {
-                write_group(&store, group, leader_only, &core, &revs, watched).await;
+                write_group(&store, group, leader_only, &core, &revs, watched, &metrics).await;
             }
         }
     }
@@ -160,6 +161,7 @@ async fn write_group(
     core: &mpsc::UnboundedSender<CoreCmd>,
     revs: &SharedRevisions,
     watched: bool,
+    metrics: &Metrics,
 ) {
     let changes: Vec<Change> = jobs
         .iter()
@@ -186,6 +188,7 @@ async fn write_group(
     })
     .await
     .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
+    metrics.phase_store.observe(t.elapsed());
     tracing::debug!(
         jobs = jobs.len(),
         micros = t.elapsed().as_micros() as u64,
@@ -647,6 +650,7 @@ impl Core {
             tx.clone(),
             revs.clone(),
             relist.is_some(),
+            metrics.clone(),
         ));
         let dispatch = relist.as_ref().map(|_| {
             let (dtx, drx) = mpsc::unbounded_channel();
@@ -984,6 +988,7 @@ impl Core {
     /// Run a mutation; `leader_only` for the controller's own changes (stored only under this
     /// replica's leadership).
     fn mutate(&mut self, f: MutateFn, leader_only: bool) {
+        let t_compute = std::time::Instant::now();
         let Some((mut effects, finish)) = f(&mut self.model) else {
             return;
         };
@@ -1039,6 +1044,7 @@ impl Core {
                 return;
             }
         };
+        self.metrics.phase_compute.observe(t_compute.elapsed());
         self.retire_removed_nodes();
         for (node, fs) in flows {
             let h = self.reconciler_for(&node);

@@ -31,6 +31,22 @@ const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
+/// A running total of time spent in one phase of a change (count and sum, no buckets).
+#[derive(Debug, Default)]
+pub struct PhaseTime {
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl PhaseTime {
+    /// Record one occurrence that took `d`.
+    pub fn observe(&self, d: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
 /// Controller-wide metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -40,6 +56,14 @@ pub struct Metrics {
     pub switch_errors: Counter,
     /// Acknowledged API mutations.
     pub api_mutations: Counter,
+    /// Core: the model change and the flows recomputed for it (one per API mutation).
+    pub phase_compute: PhaseTime,
+    /// Store writer: one durable commit (one per group of changes written together).
+    pub phase_store: PhaseTime,
+    /// Reconciler: diff of installed and desired flows and the plan of the change.
+    pub phase_diff: PhaseTime,
+    /// Reconciler: the bundle written to the switch until its acknowledgement.
+    pub phase_switch: PhaseTime,
     sync_buckets: [AtomicU64; BUCKETS.len()],
     sync_count: AtomicU64,
     sync_sum_us: AtomicU64,
@@ -112,6 +136,28 @@ impl Metrics {
             self.sync_sum_us.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(o, "flowmesh_sync_latency_seconds_count {count}");
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_phase_seconds Time spent per phase of a change: compute (model change and flow recompute), store (durable commit), diff (reconciler diff and plan), switch (bundle until acknowledged)."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_phase_seconds summary");
+        for (phase, t) in [
+            ("compute", &self.phase_compute),
+            ("store", &self.phase_store),
+            ("diff", &self.phase_diff),
+            ("switch", &self.phase_switch),
+        ] {
+            let _ = writeln!(
+                o,
+                "flowmesh_phase_seconds_sum{{phase=\"{phase}\"}} {}",
+                t.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                o,
+                "flowmesh_phase_seconds_count{{phase=\"{phase}\"}} {}",
+                t.count.load(Ordering::Relaxed)
+            );
+        }
         let connected = switches
             .iter()
             .filter(|s| s.connected.load(Ordering::Relaxed))

@@ -470,6 +470,7 @@ impl Reconciler {
     }
 
     async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        let t_diff = Instant::now();
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
@@ -501,9 +502,12 @@ impl Reconciler {
         );
         let batch = plan(&diff);
         let n = batch.len() as u64;
+        self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
         link.apply(batch).await?;
-        tracing::debug!(node = %self.status.node, changes = n, micros = t.elapsed().as_micros() as u64, "bundle acknowledged");
+        let took = t.elapsed();
+        self.metrics.phase_switch.observe(took);
+        tracing::debug!(node = %self.status.node, changes = n, micros = took.as_micros() as u64, "bundle acknowledged");
         self.status.mods_sent.fetch_add(n, Ordering::Relaxed);
         self.metrics.flow_mods_sent.inc_by(n);
         self.status

@@ -1,6 +1,7 @@
 //! flowmesh-bench subcommands, one module each; `flowmesh-bench SUBCOMMAND [ARGS]`.
 
 pub mod attach;
+pub mod churn;
 pub mod compute;
 pub mod egressfw;
 pub mod egressip;
@@ -40,6 +41,38 @@ pub fn scrape_metric(addr: std::net::SocketAddr, name: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The controller's `flowmesh_phase_seconds` summary from `/metrics` at `addr`: phase →
+/// (sum in seconds, count); empty when the endpoint does not answer.
+pub fn scrape_phases(addr: std::net::SocketAddr) -> std::collections::BTreeMap<String, (f64, u64)> {
+    use std::io::{Read, Write};
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return out;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    for l in body.lines() {
+        let Some(rest) = l.strip_prefix("flowmesh_phase_seconds_") else {
+            continue;
+        };
+        let Some((kind, rest)) = rest.split_once("{phase=\"") else {
+            continue;
+        };
+        let Some((phase, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        let e: &mut (f64, u64) = out.entry(phase.to_owned()).or_default();
+        match kind {
+            "sum" => e.0 = value.trim().parse().unwrap_or(0.0),
+            "count" => e.1 = value.trim().parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Register nodes `n0` … `n{switches-1}` (datapath ids `0x1000 + i`, underlay addresses
