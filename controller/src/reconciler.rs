@@ -129,6 +129,17 @@ pub struct Reconciler {
     standby_check: Duration,
 }
 
+/// When a reconciler audits first: between half and the whole of `interval` after it starts,
+/// fixed per node. Reconcilers started together (at controller start) would otherwise read
+/// every switch back in the same instant, every interval.
+fn audit_offset(node: &str, interval: Duration) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    let frac = (h.finish() % 1024) as u32;
+    interval / 2 + interval / 2 / 1024 * frac
+}
+
 /// How long a standby waits for the leader to program a change it stored.
 const STANDBY_ACK_WAIT: Duration = Duration::from_secs(20);
 /// How soon a standby first reads the switch back for waiting acks; the pause doubles up to
@@ -175,7 +186,8 @@ impl Reconciler {
     }
 
     async fn run(mut self) {
-        let start = tokio::time::Instant::now() + self.audit_interval;
+        let start =
+            tokio::time::Instant::now() + audit_offset(&self.status.node, self.audit_interval);
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut standing = self.lead.subscribe();
@@ -515,5 +527,26 @@ impl Reconciler {
             .store(self.desired.len() as u64, Ordering::Relaxed);
         self.installed = Some(self.desired.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::audit_offset;
+    use std::time::Duration;
+
+    #[test]
+    fn audits_are_spread_over_the_second_half_of_the_interval() {
+        let i = Duration::from_secs(30);
+        let offsets: std::collections::BTreeSet<_> = (0..100)
+            .map(|n| audit_offset(&format!("node-{n}"), i))
+            .collect();
+        assert!(
+            offsets.iter().all(|o| *o >= i / 2 && *o <= i),
+            "{offsets:?}"
+        );
+        // 100 nodes land on many different instants, not one.
+        assert!(offsets.len() > 80, "{}", offsets.len());
+        assert_eq!(audit_offset("a", i), audit_offset("a", i));
     }
 }
