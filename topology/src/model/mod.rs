@@ -1,5 +1,6 @@
-//! The global cluster model: nodes, VXLAN tunnels, pods, namespaces and NETIDs in one petgraph
-//! graph, with the allocators. Every mutation validates first, then changes state, and returns
+//! The global cluster model: nodes, pods, namespaces and NETIDs in one petgraph graph (the
+//! VXLAN tunnels are the full mesh between the nodes, implied by the node set), with the
+//! allocators. Every mutation validates first, then changes state, and returns
 //! which nodes' flows it affects. No I/O.
 
 use crate::alloc::{
@@ -300,8 +301,6 @@ enum Vertex {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Edge {
-    /// A VXLAN tunnel between two nodes.
-    Tunnel,
     /// Pod runs on node.
     PodOnNode,
     /// Pod belongs to namespace.
@@ -315,8 +314,10 @@ struct NodeEntry {
     info: NodeInfo,
     vertex: NodeIndex,
     pod_ips: PodIpAllocator,
-    pods: BTreeSet<PodKey>,
-    ofports: BTreeMap<u32, PodKey>,
+    /// The node's pods, each with its version (see [`ClusterModel::node_pod_versions`]).
+    pods: BTreeMap<PodKey, u64>,
+    /// The ofports in use (the pod holding one is found among `pods` when needed).
+    ofports: BTreeSet<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -444,6 +445,10 @@ pub struct ClusterModel {
     ns_by_label: BTreeMap<(String, String), BTreeSet<String>>,
     firewalls: egress_firewall::EgressFirewalls,
     netid_changes: u64,
+    /// The last pod version handed out (see [`ClusterModel::node_pod_versions`]).
+    pod_version: u64,
+    /// Namespaces with the multicast annotation set.
+    multicast_namespaces: usize,
 }
 
 impl ClusterModel {
@@ -472,6 +477,8 @@ impl ClusterModel {
             ns_by_label: BTreeMap::new(),
             firewalls: Default::default(),
             netid_changes: 0,
+            pod_version: 0,
+            multicast_namespaces: 0,
         })
     }
 

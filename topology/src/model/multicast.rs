@@ -45,12 +45,23 @@ impl ClusterModel {
         }
         e.multicast = enabled;
         let netid = e.netid;
+        if enabled {
+            self.multicast_namespaces += 1;
+        } else {
+            self.multicast_namespaces -= 1;
+        }
         Ok(self.netid_pod_nodes(netid))
     }
 
     /// Whether the namespace carries the annotation `true` (`None`: no such namespace).
     pub fn multicast_annotated(&self, name: &str) -> Option<bool> {
         self.namespaces.get(name).map(|e| e.multicast)
+    }
+
+    /// Whether any namespace has the multicast annotation (without it no node has multicast
+    /// flows).
+    pub fn any_multicast_annotated(&self) -> bool {
+        self.multicast_namespaces > 0
     }
 
     /// Whether pods of `netid` exchange multicast: not subnet mode, and every namespace with

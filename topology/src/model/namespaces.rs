@@ -100,6 +100,9 @@ impl ClusterModel {
         affected.merge(self.drop_egress_firewall_of(name));
         if let Some(e) = self.namespaces.remove(name) {
             self.namespace_epoch += 1;
+            if e.multicast {
+                self.multicast_namespaces -= 1;
+            }
             if self.is_policy_mode() && !self.policies.is_empty() {
                 // Its NETID leaves the peers of every namespace selector that matched it.
                 self.policy_epoch += 1;
