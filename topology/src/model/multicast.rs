@@ -90,15 +90,8 @@ impl ClusterModel {
     pub fn netid_members(&self, netid: u32) -> BTreeMap<String, Vec<u32>> {
         let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for ns in self.namespaces_with_netid(netid) {
-            let Some(e) = self.namespaces.get(&ns) else {
-                continue;
-            };
-            for p in &e.pods {
-                if let Some(pe) = self.pods.get(&PodKey::new(ns.as_str(), p.as_str())) {
-                    out.entry(pe.info.node.clone())
-                        .or_default()
-                        .push(pe.info.ofport);
-                }
+            for p in self.pods_in(&ns) {
+                out.entry(p.node.clone()).or_default().push(p.ofport);
             }
         }
         for v in out.values_mut() {

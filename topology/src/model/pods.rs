@@ -93,12 +93,10 @@ impl ClusterModel {
             n.pods.insert(info.key.clone(), self.pod_version);
             n.ofports.insert(info.ofport);
         }
-        if let Some(ns) = self.namespaces.get_mut(&info.key.namespace) {
+        if let Some(ns) = self.namespaces.get(&info.key.namespace) {
             self.graph.add_edge(v, ns.vertex, Edge::PodInNamespace);
-            ns.pods.insert(info.key.name.clone());
         }
-        self.pods
-            .insert(info.key.clone(), PodEntry { info, vertex: v });
+        self.pods.insert(PodEntry { info, vertex: v });
     }
 
     /// Detach a pod and release its IP. Affects its node.
@@ -113,9 +111,6 @@ impl ClusterModel {
             n.pods.remove(&key);
             n.ofports.remove(&e.info.ofport);
             n.pod_ips.release(e.info.ip);
-        }
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
-            ns.pods.remove(name);
         }
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
@@ -155,17 +150,19 @@ impl ClusterModel {
                 other: other.key.clone(),
             });
         }
-        if let Some(e) = self.pods.get_mut(&key) {
-            if let Some(n) = self.nodes.get_mut(&node) {
-                n.ofports.remove(&e.info.ofport);
-                n.ofports.insert(ofport);
-                self.pod_version += 1;
-                if let Some(v) = n.pods.get_mut(&key) {
-                    *v = self.pod_version;
-                }
-            }
+        let old = self.pods.update(&key, |e| {
+            let old = e.info.ofport;
             e.info.port_name = port_name.to_string();
             e.info.ofport = ofport;
+            old
+        });
+        if let (Some(old), Some(n)) = (old, self.nodes.get_mut(&node)) {
+            n.ofports.remove(&old);
+            n.ofports.insert(ofport);
+            self.pod_version += 1;
+            if let Some(v) = n.pods.get_mut(&key) {
+                *v = self.pod_version;
+            }
         }
         Ok(Affected::node(&node))
     }

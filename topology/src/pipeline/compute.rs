@@ -43,13 +43,11 @@ struct Mesh {
     index: HashMap<String, [usize; 3]>,
 }
 
-/// A local pod as the node's cache last saw it, by its version in the model.
+/// A local pod as the node's cache last saw it.
 #[derive(Debug)]
 struct PodSlot {
     cookie: u64,
     inputs: PodInputs,
-    /// The call that last found it in the model.
-    seen: u64,
 }
 
 #[derive(Debug)]
@@ -57,8 +55,8 @@ struct NodeCache {
     statics: StaticInputs,
     /// The model's NETID and config epochs the pods' inputs were read at.
     epochs: (u64, u64),
-    /// The local pods by version (see `ClusterModel::node_pod_versions`).
-    pods: HashMap<u64, PodSlot>,
+    /// The local pods by version (see `ClusterModel::node_pod_versions`), sorted by version.
+    pods: Vec<(u64, PodSlot)>,
     /// Multitenant: the NETIDs of local pods (other than 0), with how many pods use each.
     netids: BTreeMap<u32, u32>,
     /// Static and pod flows: slices of the node's own runs and of one run per changed pod.
@@ -83,8 +81,6 @@ pub struct Pipeline {
     /// Table 80's flow of each NETID (multitenant), one run each, shared by every node with a
     /// pod of it: a flow independent of the node.
     netid_runs: HashMap<u32, SharedRun>,
-    /// Calls of `node_flows` (marks the pods each call finds).
-    calls: u64,
 }
 
 impl Pipeline {
@@ -174,7 +170,6 @@ impl Pipeline {
         let info = model
             .node(node)
             .ok_or_else(|| PipelineError::UnknownNode(node.to_string()))?;
-        self.calls += 1;
         let statics = StaticInputs::of(model, info);
         let epochs = (model.netid_epoch(), model.config_epoch());
         let mut cache = match self.nodes.remove(node) {
@@ -265,7 +260,7 @@ impl Pipeline {
     ) -> Result<NodeCache, PipelineError> {
         let multitenant = statics.mode == Mode::Multitenant;
         let count = model.node_pod_count(node);
-        let mut pods: HashMap<u64, PodSlot> = HashMap::with_capacity(count);
+        let mut pods: Vec<(u64, PodSlot)> = Vec::with_capacity(count);
         let mut netids: BTreeMap<u32, u32> = BTreeMap::new();
         let mut v = static_flows(&statics)?;
         v.reserve_exact(count * 5);
@@ -283,15 +278,9 @@ impl Pipeline {
             }
             let cookie = cookie::pod_cookie(&key.namespace, &key.name);
             v.extend(pod_flows_with_cookie(cookie, &inputs)?);
-            pods.insert(
-                version,
-                PodSlot {
-                    cookie,
-                    inputs,
-                    seen: self.calls,
-                },
-            );
+            pods.push((version, PodSlot { cookie, inputs }));
         }
+        pods.sort_unstable_by_key(|(v, _)| *v);
         v.sort_unstable_by(key_cmp);
         let run: SharedRun = Arc::from(v);
         Ok(NodeCache {
@@ -314,16 +303,16 @@ impl Pipeline {
         node: &str,
         c: &mut NodeCache,
     ) -> Result<(), PipelineError> {
-        let call = self.calls;
         let mut added: Vec<(&PodKey, u64)> = Vec::new();
+        let mut found = vec![false; c.pods.len()];
         let mut seen = 0;
         for (key, version) in model.node_pod_versions(node) {
-            match c.pods.get_mut(&version) {
-                Some(slot) => {
-                    slot.seen = call;
+            match c.pods.binary_search_by_key(&version, |(v, _)| *v) {
+                Ok(i) => {
+                    found[i] = true;
                     seen += 1;
                 }
-                None => added.push((key, version)),
+                Err(_) => added.push((key, version)),
             }
         }
         if added.is_empty() && seen == c.pods.len() {
@@ -332,16 +321,17 @@ impl Pipeline {
         let multitenant = c.statics.mode == Mode::Multitenant;
         let mut netids_changed = false;
         if seen < c.pods.len() {
-            let gone: Vec<u64> = c
-                .pods
-                .iter()
-                .filter(|(_, s)| s.seen != call)
-                .map(|(v, _)| *v)
-                .collect();
-            for v in gone {
-                let Some(slot) = c.pods.remove(&v) else {
-                    continue;
-                };
+            let mut kept = Vec::with_capacity(seen + added.len());
+            let mut gone = Vec::new();
+            for (e, f) in std::mem::take(&mut c.pods).into_iter().zip(&found) {
+                if *f {
+                    kept.push(e);
+                } else {
+                    gone.push(e.1);
+                }
+            }
+            c.pods = kept;
+            for slot in gone {
                 for f in pod_flows_with_cookie(slot.cookie, &slot.inputs)? {
                     c.local.remove_key(&f);
                 }
@@ -375,14 +365,8 @@ impl Pipeline {
                 netids_changed |= *k == 0;
                 *k += 1;
             }
-            c.pods.insert(
-                version,
-                PodSlot {
-                    cookie,
-                    inputs,
-                    seen: call,
-                },
-            );
+            let at = c.pods.partition_point(|(v, _)| *v < version);
+            c.pods.insert(at, (version, PodSlot { cookie, inputs }));
         }
         // Each change cuts slices; past a bound the flows are copied into one run again (a
         // cost shared by the changes since the last copy).
