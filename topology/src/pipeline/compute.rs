@@ -319,7 +319,6 @@ impl Pipeline {
             return Ok(());
         }
         let multitenant = c.statics.mode == Mode::Multitenant;
-        let mut netids_changed = false;
         if seen < c.pods.len() {
             let mut kept = Vec::with_capacity(seen + added.len());
             let mut gone = Vec::new();
@@ -341,7 +340,10 @@ impl Pipeline {
                         *k -= 1;
                         if *k == 0 {
                             c.netids.remove(&n);
-                            netids_changed = true;
+                            let run = self.netid_run(n)?;
+                            for f in run.iter() {
+                                c.netid_part.remove_key(f);
+                            }
                         }
                     }
                 }
@@ -362,8 +364,11 @@ impl Pipeline {
             c.local.insert_run(&Arc::from(flows));
             if multitenant && inputs.netid != 0 {
                 let k = c.netids.entry(inputs.netid).or_insert(0);
-                netids_changed |= *k == 0;
                 *k += 1;
+                if *k == 1 {
+                    let run = self.netid_run(inputs.netid)?;
+                    c.netid_part.insert_run(&run);
+                }
             }
             let at = c.pods.partition_point(|(v, _)| *v < version);
             c.pods.insert(at, (version, PodSlot { cookie, inputs }));
@@ -372,9 +377,6 @@ impl Pipeline {
         // cost shared by the changes since the last copy).
         if c.local.slice_count() > 64 + c.local.len() / 4 {
             c.local = c.local.compacted();
-        }
-        if netids_changed {
-            c.netid_part = self.netid_part(&c.netids)?;
         }
         Ok(())
     }
