@@ -271,3 +271,96 @@ fn recompute_follows_affected() {
     // node1's three mesh flows leave node0.
     assert_eq!((d.adds.len(), d.deletes.len()), (0, 3));
 }
+
+/// One step of a long run of pod changes on few nodes.
+#[derive(Clone, Debug)]
+enum PodStep {
+    Add { ns: usize, node: usize },
+    Delete(usize),
+    Port(usize, u32),
+    Multicast(usize, bool),
+    NetId(Op),
+}
+
+fn pod_step() -> impl Strategy<Value = PodStep> {
+    prop_oneof![
+        // A NETID change rebuilds the nodes' local flows: rare, so that long runs of slices
+        // build up between them.
+        24 => (0..5usize, 0..2usize).prop_map(|(ns, node)| PodStep::Add { ns, node }),
+        16 => (0..64usize).prop_map(PodStep::Delete),
+        8 => (0..64usize, 3..400u32).prop_map(|(i, p)| PodStep::Port(i, p)),
+        3 => (0..5usize, any::<bool>()).prop_map(|(i, on)| PodStep::Multicast(i, on)),
+        1 => op().prop_map(PodStep::NetId),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Long runs of pod attaches, detaches and port changes (with some NETID and multicast
+    /// changes) on two nodes: a node's local flows are cut into many slices and copied back
+    /// into one run many times over. After every step each node's incremental FlowSet equals
+    /// a full compute, and the diff from its previous FlowSet applies exactly.
+    #[test]
+    fn long_pod_change_runs_equal_full(
+        multitenant in any::<bool>(),
+        steps in prop::collection::vec(pod_step(), 50..250),
+    ) {
+        let s = Spec {
+            mode: if multitenant { topology::Mode::Multitenant } else { topology::Mode::Networkpolicy },
+            nodes: 2,
+            namespaces: 5,
+            pods: vec![(1, 0), (2, 1), (3, 0)],
+            ops: vec![],
+        };
+        let mut m = build(&s);
+        let mut p = Pipeline::new();
+        let nodes: Vec<String> = m.nodes().map(|n| n.name.clone()).collect();
+        let mut prev: BTreeMap<String, FlowSet> = nodes
+            .iter()
+            .map(|n| (n.clone(), p.node_flows(&m, n).expect("flows")))
+            .collect();
+        let nss: Vec<String> = m.namespaces().map(|n| n.name).collect();
+        for (c, step) in steps.iter().enumerate() {
+            let pods: Vec<(String, String)> = m
+                .pods()
+                .map(|p| (p.key.namespace.clone(), p.key.name.clone()))
+                .collect();
+            // Refused changes (ports in use, ...) leave the model as it was.
+            let _ = match step {
+                PodStep::Add { ns, node } => m
+                    .add_pod(PodAttach {
+                        namespace: &nss[ns % nss.len()],
+                        name: &format!("q{c}"),
+                        node: &nodes[node % nodes.len()],
+                        port_name: &format!("w{c}"),
+                        ofport: 500 + c as u32,
+                    })
+                    .map(|_| ()),
+                PodStep::Delete(i) if !pods.is_empty() => {
+                    let (ns, n) = &pods[i % pods.len()];
+                    m.delete_pod(ns, n).map(|_| ())
+                }
+                PodStep::Port(i, port) if !pods.is_empty() => {
+                    let (ns, n) = &pods[i % pods.len()];
+                    m.set_pod_port(ns, n, "moved", *port).map(|_| ())
+                }
+                PodStep::Multicast(i, on) => m.set_multicast(&nss[i % nss.len()], *on).map(|_| ()),
+                PodStep::NetId(o) => {
+                    apply_op(&mut m, o, s.namespaces);
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            for n in &nodes {
+                let got = p.node_flows(&m, n).expect("flows");
+                let want = compute_node(&m, n).expect("flows");
+                prop_assert!(got == want, "node {} differs after step {} {:?}", n, c, step);
+                let before = &prev[n];
+                let d = FlowSet::diff(before, &got);
+                prop_assert!(before.apply(&d) == got);
+                prev.insert(n.clone(), got);
+            }
+        }
+    }
+}

@@ -45,20 +45,23 @@ impl PodIpAllocator {
         if last < first || self.used.len() as u64 > last - first {
             return Err(AllocError::PodIpsExhausted(self.subnet));
         }
-        let span = last - first + 1;
-        let start = first;
-        for k in 0..span {
-            let off = first + (start - first + k) % span;
-            if !self.used.contains(&off) {
-                self.used.insert(off);
-                self.cursor = off + 1;
-                return self
-                    .subnet
-                    .addr_at(off)
-                    .ok_or(AllocError::PodIpsExhausted(self.subnet));
+        // The lowest free address: the first gap in the used ones, walked in order (one pass,
+        // no look-up per candidate).
+        let mut off = first;
+        for &u in self.used.range(first..=last) {
+            if u != off {
+                break;
             }
+            off += 1;
         }
-        Err(AllocError::PodIpsExhausted(self.subnet))
+        if off > last {
+            return Err(AllocError::PodIpsExhausted(self.subnet));
+        }
+        self.used.insert(off);
+        self.cursor = off + 1;
+        self.subnet
+            .addr_at(off)
+            .ok_or(AllocError::PodIpsExhausted(self.subnet))
     }
 
     /// Mark a given address as allocated (restoring saved state).

@@ -328,7 +328,7 @@ impl ClusterModel {
     }
 
     /// A value that changes whenever any namespace's NETID or the namespace set changes.
-    fn netid_epoch(&self) -> u64 {
+    pub fn netid_epoch(&self) -> u64 {
         self.namespace_epoch
             .wrapping_mul(1_000_003)
             .wrapping_add(self.netid_changes)

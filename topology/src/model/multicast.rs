@@ -45,12 +45,23 @@ impl ClusterModel {
         }
         e.multicast = enabled;
         let netid = e.netid;
+        if enabled {
+            self.multicast_namespaces += 1;
+        } else {
+            self.multicast_namespaces -= 1;
+        }
         Ok(self.netid_pod_nodes(netid))
     }
 
     /// Whether the namespace carries the annotation `true` (`None`: no such namespace).
     pub fn multicast_annotated(&self, name: &str) -> Option<bool> {
         self.namespaces.get(name).map(|e| e.multicast)
+    }
+
+    /// Whether any namespace has the multicast annotation (without it no node has multicast
+    /// flows).
+    pub fn any_multicast_annotated(&self) -> bool {
+        self.multicast_namespaces > 0
     }
 
     /// Whether pods of `netid` exchange multicast: not subnet mode, and every namespace with
@@ -79,15 +90,8 @@ impl ClusterModel {
     pub fn netid_members(&self, netid: u32) -> BTreeMap<String, Vec<u32>> {
         let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for ns in self.namespaces_with_netid(netid) {
-            let Some(e) = self.namespaces.get(&ns) else {
-                continue;
-            };
-            for p in &e.pods {
-                if let Some(pe) = self.pods.get(&PodKey::new(ns.as_str(), p.as_str())) {
-                    out.entry(pe.info.node.clone())
-                        .or_default()
-                        .push(pe.info.ofport);
-                }
+            for p in self.pods_in(&ns) {
+                out.entry(p.node.clone()).or_default().push(p.ofport);
             }
         }
         for v in out.values_mut() {

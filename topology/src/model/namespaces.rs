@@ -64,7 +64,6 @@ impl ClusterModel {
             NamespaceEntry {
                 netid,
                 vertex: v,
-                pods: BTreeSet::new(),
                 labels: Labels::new(),
                 multicast: false,
                 policies_stamp: self.policy_epoch,
@@ -74,14 +73,10 @@ impl ClusterModel {
 
     /// Delete a namespace with its pods; its NETID is freed when no namespace uses it.
     pub fn delete_namespace(&mut self, name: &str) -> Result<Affected, ModelError> {
-        let pods: Vec<String> = self
-            .namespaces
-            .get(name)
-            .ok_or_else(|| ModelError::UnknownNamespace(name.to_string()))?
-            .pods
-            .iter()
-            .cloned()
-            .collect();
+        if !self.namespaces.contains_key(name) {
+            return Err(ModelError::UnknownNamespace(name.to_string()));
+        }
+        let pods: Vec<String> = self.pods_in(name).map(|p| p.key.name.clone()).collect();
         let mut affected = Affected::none();
         for p in pods {
             affected.merge(self.delete_pod(name, &p)?);
@@ -100,6 +95,9 @@ impl ClusterModel {
         affected.merge(self.drop_egress_firewall_of(name));
         if let Some(e) = self.namespaces.remove(name) {
             self.namespace_epoch += 1;
+            if e.multicast {
+                self.multicast_namespaces -= 1;
+            }
             if self.is_policy_mode() && !self.policies.is_empty() {
                 // Its NETID leaves the peers of every namespace selector that matched it.
                 self.policy_epoch += 1;
@@ -240,12 +238,8 @@ impl ClusterModel {
 
     pub(super) fn nodes_of_namespace(&self, name: &str) -> Affected {
         let mut a = Affected::none();
-        if let Some(e) = self.namespaces.get(name) {
-            for p in &e.pods {
-                if let Some(pe) = self.pods.get(&PodKey::new(name, p.as_str())) {
-                    a.nodes.insert(pe.info.node.clone());
-                }
-            }
+        for p in self.pods_in(name) {
+            a.nodes.insert(p.node.clone());
         }
         a
     }

@@ -70,12 +70,16 @@ impl ClusterModel {
                 ofport,
             });
         }
-        if let Some(other) = n.ofports.get(&ofport) {
+        if n.ofports.contains(&ofport) {
+            let other = self
+                .pods_on_node(node)
+                .find(|p| p.ofport == ofport)
+                .map_or_else(|| key.clone(), |p| p.key.clone());
             return Err(ModelError::OfportInUse {
                 pod: key.clone(),
                 node: node.to_string(),
                 ofport,
-                other: other.clone(),
+                other,
             });
         }
         Ok(())
@@ -85,15 +89,14 @@ impl ClusterModel {
         let v = self.graph.add_node(Vertex::Pod);
         if let Some(n) = self.nodes.get_mut(&info.node) {
             self.graph.add_edge(v, n.vertex, Edge::PodOnNode);
-            n.pods.insert(info.key.clone());
-            n.ofports.insert(info.ofport, info.key.clone());
+            self.pod_version += 1;
+            n.pods.insert(info.key.clone(), self.pod_version);
+            n.ofports.insert(info.ofport);
         }
-        if let Some(ns) = self.namespaces.get_mut(&info.key.namespace) {
+        if let Some(ns) = self.namespaces.get(&info.key.namespace) {
             self.graph.add_edge(v, ns.vertex, Edge::PodInNamespace);
-            ns.pods.insert(info.key.name.clone());
         }
-        self.pods
-            .insert(info.key.clone(), PodEntry { info, vertex: v });
+        self.pods.insert(PodEntry { info, vertex: v });
     }
 
     /// Detach a pod and release its IP. Affects its node.
@@ -108,9 +111,6 @@ impl ClusterModel {
             n.pods.remove(&key);
             n.ofports.remove(&e.info.ofport);
             n.pod_ips.release(e.info.ip);
-        }
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
-            ns.pods.remove(name);
         }
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
@@ -150,13 +150,19 @@ impl ClusterModel {
                 other: other.key.clone(),
             });
         }
-        if let Some(e) = self.pods.get_mut(&key) {
-            if let Some(n) = self.nodes.get_mut(&node) {
-                n.ofports.remove(&e.info.ofport);
-                n.ofports.insert(ofport, key.clone());
-            }
+        let old = self.pods.update(&key, |e| {
+            let old = e.info.ofport;
             e.info.port_name = port_name.to_string();
             e.info.ofport = ofport;
+            old
+        });
+        if let (Some(old), Some(n)) = (old, self.nodes.get_mut(&node)) {
+            n.ofports.remove(&old);
+            n.ofports.insert(ofport);
+            self.pod_version += 1;
+            if let Some(v) = n.pods.get_mut(&key) {
+                *v = self.pod_version;
+            }
         }
         Ok(Affected::node(&node))
     }
@@ -178,8 +184,28 @@ impl ClusterModel {
         self.nodes
             .get(node)
             .into_iter()
-            .flat_map(|n| n.pods.iter())
+            .flat_map(|n| n.pods.keys())
             .filter_map(|k| self.pods.get(k).map(|e| &e.info))
+    }
+
+    /// The pods on a node, by key, each with its *version*: a number that changes whenever
+    /// the pod's entry does (attach, port change; a pod detached and attached again gets a
+    /// new one), and that no other pod has had. An incremental consumer compares versions
+    /// instead of the pods themselves. The namespace's NETID is not part of a pod's version
+    /// (see [`Self::netid_epoch`]).
+    pub fn node_pod_versions<'a>(
+        &'a self,
+        node: &str,
+    ) -> impl Iterator<Item = (&'a PodKey, u64)> + 'a {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flat_map(|n| n.pods.iter().map(|(k, v)| (k, *v)))
+    }
+
+    /// Number of pods on a node.
+    pub fn node_pod_count(&self, node: &str) -> usize {
+        self.nodes.get(node).map_or(0, |n| n.pods.len())
     }
 
     /// Number of pods.

@@ -599,16 +599,21 @@ impl ClusterModel {
         let key = PodKey::new(namespace, name);
         check_labels(&format!("pod {key}"), &meta.labels).map_err(PolicyError::from)?;
         check_container_ports(&key, &meta.ports).map_err(PolicyError::from)?;
-        let Some(e) = self.pods.get_mut(&key) else {
+        let Some(e) = self.pods.get(&key) else {
             return Err(ModelError::UnknownPod(key));
         };
         if e.info.labels == meta.labels && e.info.ports == meta.ports {
             return Ok(Affected::none());
         }
         let before = e.info.clone();
-        e.info.labels = meta.labels;
-        e.info.ports = meta.ports;
-        let after = e.info.clone();
+        let after = self
+            .pods
+            .update(&key, |e| {
+                e.info.labels = meta.labels;
+                e.info.ports = meta.ports;
+                e.info.clone()
+            })
+            .ok_or_else(|| ModelError::UnknownPod(key.clone()))?;
         self.policy_epoch += 1;
         Ok(self.pod_policy_change(Some(&before), Some(&after)))
     }
@@ -699,9 +704,9 @@ impl ClusterModel {
         // Pods are ordered by (namespace, name): one range, no lookups.
         let ns = namespace.to_string();
         self.pods
-            .range(PodKey::new(namespace, "")..)
-            .take_while(move |(k, _)| k.namespace == ns)
-            .map(|(_, e)| &e.info)
+            .starting_at(&PodKey::new(namespace, ""))
+            .take_while(move |e| e.info.key.namespace == ns)
+            .map(|e| &e.info)
     }
 
     /// Set a namespace's labels and keep the label index current.

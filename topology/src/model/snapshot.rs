@@ -120,8 +120,8 @@ impl ClusterModel {
                     .map_err(PolicyError::from)?;
                 m.replace_namespace_labels(&ns.name, ns.labels.clone());
             }
-            if let Some(e) = m.namespaces.get_mut(&ns.name) {
-                e.multicast = ns.multicast;
+            if ns.multicast {
+                m.set_multicast(&ns.name, true)?;
             }
         }
         for r in &s.pods {

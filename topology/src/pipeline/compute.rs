@@ -1,8 +1,12 @@
 //! `(model, node) -> FlowSet`, pure and deterministic, with an incremental cache.
 //!
 //! A node's FlowSet is the merge of
-//! * its *local* run: its static flows, one fragment per local pod, one flow per NETID in use
-//!   (multitenant), kept sorted and rebuilt by splicing only the fragments whose inputs changed;
+//! * its *local* part: its static flows and one fragment (5 flows) per local pod, sorted; a pod
+//!   attached or detached (found by its version in the model, without looking the other pods
+//!   up) puts its fragment in as a run of its own or cuts its flows out, slices of the shared
+//!   runs, and past a bound of slices the part is copied into one run again;
+//! * its *NETID* part (multitenant): one flow per NETID of its pods, built once per NETID and
+//!   shared by every node with a pod of it;
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
 //!   or a pod changes (see `netpol`);
 //! * its *egress-IP* run (table 101) and groups, computed from the egress plan (see `egress_ip`);
@@ -14,16 +18,16 @@
 //!   cluster and shared (`Arc`) by every node's FlowSet, minus the node's own entry.
 
 use super::builder::PipelineError;
+use super::cookie;
 use super::flowset::{key_cmp, FlowSet, SharedRun};
 use super::fragments::{
-    netid_flow, pod_flows, remote_node_flows, static_flows, PodInputs, StaticInputs,
+    netid_flow, pod_flows_with_cookie, remote_node_flows, static_flows, PodInputs, StaticInputs,
 };
 use super::netpol::PolicyCache;
 use crate::config::Mode;
 use crate::model::{ClusterModel, PodInfo, PodKey};
 use ofproto::Flow;
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Compute one node's complete FlowSet from scratch (no cache).
@@ -39,12 +43,29 @@ struct Mesh {
     index: HashMap<String, [usize; 3]>,
 }
 
+/// A local pod as the node's cache last saw it.
+#[derive(Debug)]
+struct PodSlot {
+    cookie: u64,
+    inputs: PodInputs,
+}
+
 #[derive(Debug)]
 struct NodeCache {
     statics: StaticInputs,
-    pods: BTreeMap<PodKey, PodInputs>,
-    netids: BTreeSet<u32>,
-    local: SharedRun,
+    /// The model's NETID and config epochs the pods' inputs were read at.
+    epochs: (u64, u64),
+    /// The local pods by version (see `ClusterModel::node_pod_versions`), sorted by version.
+    pods: Vec<(u64, PodSlot)>,
+    /// Multitenant: the NETIDs of local pods (other than 0), with how many pods use each.
+    netids: BTreeMap<u32, u32>,
+    /// Static and pod flows: slices of the node's own runs and of one run per changed pod.
+    local: FlowSet,
+    /// The NETIDs' flows, slices of the shared per-NETID runs.
+    netid_part: FlowSet,
+    /// The last egress-IP and multicast runs, reused (same `Arc`) while their flows are equal.
+    egress: SharedRun,
+    multicast: SharedRun,
 }
 
 /// Incremental pipeline: caches per-node fragments and the shared mesh runs. Results are
@@ -57,6 +78,9 @@ pub struct Pipeline {
     pruned_epoch: Option<u64>,
     policies: PolicyCache,
     firewall: super::egress_firewall::FirewallCache,
+    /// Table 80's flow of each NETID (multitenant), one run each, shared by every node with a
+    /// pod of it: a flow independent of the node.
+    netid_runs: HashMap<u32, SharedRun>,
 }
 
 impl Pipeline {
@@ -135,7 +159,9 @@ impl Pipeline {
             .ok_or_else(|| PipelineError::UnknownNode(String::new()))
     }
 
-    /// The node's complete FlowSet, recomputing only what changed since the last call.
+    /// The node's complete FlowSet, recomputing only what changed since the last call: a pod
+    /// attached or detached costs its own flows (and its NETID's, when it is the first or last
+    /// of it on the node), found by pod version without looking the node's other pods up.
     pub fn node_flows(
         &mut self,
         model: &ClusterModel,
@@ -145,67 +171,49 @@ impl Pipeline {
             .node(node)
             .ok_or_else(|| PipelineError::UnknownNode(node.to_string()))?;
         let statics = StaticInputs::of(model, info);
-        let multitenant = statics.mode == Mode::Multitenant;
-        // The node's pods, looked up once for the local, policy and multicast parts.
-        let local_pods: Vec<&PodInfo> = model.pods_on_node(node).collect();
-        let mut netids: BTreeSet<u32> = BTreeSet::new();
-        // Collected (the pods come in key order: a bulk build) rather than inserted one by
-        // one, each insert a search comparing `String`s.
-        let pods: BTreeMap<PodKey, PodInputs> = local_pods
-            .iter()
-            .map(|p| {
-                let netid = model.effective_netid(&p.key.namespace);
-                if multitenant && netid != 0 {
-                    netids.insert(netid);
-                }
-                let inputs = PodInputs {
-                    ip: p.ip,
-                    ofport: p.ofport,
-                    netid,
-                };
-                (p.key.clone(), inputs)
-            })
-            .collect();
-        let local = match self.nodes.get(node) {
-            Some(c) if c.statics == statics => {
-                if c.pods == pods && c.netids == netids {
-                    c.local.clone()
-                } else {
-                    splice(c, &pods, &netids)?
-                }
+        let epochs = (model.netid_epoch(), model.config_epoch());
+        let mut cache = match self.nodes.remove(node) {
+            Some(mut c) if c.statics == statics && c.epochs == epochs => {
+                self.update_local(model, node, &mut c)?;
+                c
             }
-            _ => full_local(&statics, &pods, &netids)?,
+            _ => self.full_local(model, node, statics, epochs)?,
         };
-        self.nodes.insert(
-            node.to_string(),
-            NodeCache {
-                statics,
-                pods,
-                netids,
-                local: local.clone(),
-            },
-        );
+        // The policy and multicast parts read the node's pods themselves (looked up once).
+        let policy_mode = model.is_policy_mode();
+        let multicast = model.any_multicast_annotated();
+        let local_pods: Vec<&PodInfo> = if policy_mode || multicast {
+            model.pods_on_node(node).collect()
+        } else {
+            Vec::new()
+        };
         let policy = self.policies.node_flows(model, node, &local_pods)?;
         let (egress, mut groups) = super::egress_ip::egress_flows(model, info)?;
-        let egress: SharedRun = Arc::from(egress);
-        let (multicast, mc_groups) = super::multicast::pods_multicast(model, node, &local_pods)?;
-        let multicast: SharedRun = Arc::from(multicast);
-        groups.extend(mc_groups);
+        if *cache.egress != *egress {
+            cache.egress = Arc::from(egress);
+        }
+        if multicast {
+            let (flows, mc_groups) = super::multicast::pods_multicast(model, node, &local_pods)?;
+            if *cache.multicast != *flows {
+                cache.multicast = Arc::from(flows);
+            }
+            groups.extend(mc_groups);
+        } else if !cache.multicast.is_empty() {
+            cache.multicast = Arc::from([]);
+        }
         groups.sort_by_key(|g| g.group_id);
         let firewall = self.firewall.node_runs(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
+        let whole = |r: &SharedRun| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]);
         let mut parts = vec![
-            FlowSet::from_chain(vec![(local.clone(), 0..local.len())]),
+            cache.local.clone(),
+            cache.netid_part.clone(),
             policy,
-            FlowSet::from_chain(vec![(egress.clone(), 0..egress.len())]),
-            FlowSet::from_chain(vec![(multicast.clone(), 0..multicast.len())]),
+            whole(&cache.egress),
+            whole(&cache.multicast),
         ];
-        parts.extend(
-            firewall
-                .into_iter()
-                .map(|r| FlowSet::from_chain(vec![(r.clone(), 0..r.len())])),
-        );
+        parts.extend(firewall.iter().map(whole));
         for (t, run) in mesh.runs.iter().enumerate() {
             // The mesh run without the node's own entry (still sorted).
             let pieces = match own {
@@ -217,78 +225,159 @@ impl Pipeline {
             };
             parts.push(FlowSet::from_chain(pieces));
         }
-        Ok(FlowSet::merge(parts, groups))
+        let out = FlowSet::merge(parts, groups);
+        self.nodes.insert(node.to_string(), cache);
+        Ok(out)
     }
-}
 
-fn full_local(
-    statics: &StaticInputs,
-    pods: &BTreeMap<PodKey, PodInputs>,
-    netids: &BTreeSet<u32>,
-) -> Result<SharedRun, PipelineError> {
-    let mut v = static_flows(statics)?;
-    v.reserve(pods.len() * 5 + netids.len());
-    for (k, p) in pods {
-        v.extend(pod_flows(k, p)?);
+    /// The shared run of a NETID's table-80 flow.
+    fn netid_run(&mut self, netid: u32) -> Result<SharedRun, PipelineError> {
+        if let Some(r) = self.netid_runs.get(&netid) {
+            return Ok(r.clone());
+        }
+        let r: SharedRun = Arc::from([netid_flow(netid)?]);
+        self.netid_runs.insert(netid, r.clone());
+        Ok(r)
     }
-    for n in netids {
-        v.push(netid_flow(*n)?);
-    }
-    v.sort_unstable_by(key_cmp);
-    Ok(Arc::from(v))
-}
 
-fn splice(
-    c: &NodeCache,
-    pods: &BTreeMap<PodKey, PodInputs>,
-    netids: &BTreeSet<u32>,
-) -> Result<SharedRun, PipelineError> {
-    let mut removed: Vec<Flow> = Vec::new();
-    let mut added: Vec<Flow> = Vec::new();
-    for (k, old) in &c.pods {
-        if pods.get(k) != Some(old) {
-            removed.extend(pod_flows(k, old)?);
+    /// The node's NETID flows: slices of the shared runs, in NETID order (their key order).
+    fn netid_part(&mut self, netids: &BTreeMap<u32, u32>) -> Result<FlowSet, PipelineError> {
+        let mut pieces = Vec::with_capacity(netids.len());
+        for n in netids.keys() {
+            let r = self.netid_run(*n)?;
+            pieces.push((r, 0..1));
         }
+        Ok(FlowSet::from_chain(pieces))
     }
-    for (k, new) in pods {
-        if c.pods.get(k) != Some(new) {
-            added.extend(pod_flows(k, new)?);
-        }
-    }
-    for n in c.netids.difference(netids) {
-        removed.push(netid_flow(*n)?);
-    }
-    for n in netids.difference(&c.netids) {
-        added.push(netid_flow(*n)?);
-    }
-    removed.sort_unstable_by(key_cmp);
-    added.sort_unstable_by(key_cmp);
-    let mut out: Vec<Flow> = Vec::with_capacity(c.local.len() + added.len());
-    let mut ri = 0;
-    let mut adds = added.into_iter().peekable();
-    for f in c.local.iter() {
-        while ri < removed.len() && key_cmp(&removed[ri], f) == Ordering::Less {
-            ri += 1;
-        }
-        if ri < removed.len() && key_cmp(&removed[ri], f) == Ordering::Equal {
-            ri += 1;
-            continue;
-        }
-        while let Some(a) = adds.next_if(|a| key_cmp(a, f) == Ordering::Less) {
-            out.push(a);
-        }
-        // An added flow with the same key as a kept one replaces it.
-        if adds
-            .peek()
-            .is_some_and(|a| key_cmp(a, f) == Ordering::Equal)
-        {
-            if let Some(a) = adds.next() {
-                out.push(a);
+
+    /// The node's local flows from scratch: every pod looked up.
+    fn full_local(
+        &mut self,
+        model: &ClusterModel,
+        node: &str,
+        statics: StaticInputs,
+        epochs: (u64, u64),
+    ) -> Result<NodeCache, PipelineError> {
+        let multitenant = statics.mode == Mode::Multitenant;
+        let count = model.node_pod_count(node);
+        let mut pods: Vec<(u64, PodSlot)> = Vec::with_capacity(count);
+        let mut netids: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut v = static_flows(&statics)?;
+        v.reserve_exact(count * 5);
+        for (key, version) in model.node_pod_versions(node) {
+            let Some(p) = model.pod(&key.namespace, &key.name) else {
+                continue;
+            };
+            let inputs = PodInputs {
+                ip: p.ip,
+                ofport: p.ofport,
+                netid: model.effective_netid(&key.namespace),
+            };
+            if multitenant && inputs.netid != 0 {
+                *netids.entry(inputs.netid).or_insert(0) += 1;
             }
-            continue;
+            let cookie = cookie::pod_cookie(&key.namespace, &key.name);
+            v.extend(pod_flows_with_cookie(cookie, &inputs)?);
+            pods.push((version, PodSlot { cookie, inputs }));
         }
-        out.push(f.clone());
+        pods.sort_unstable_by_key(|(v, _)| *v);
+        v.sort_unstable_by(key_cmp);
+        let run: SharedRun = Arc::from(v);
+        Ok(NodeCache {
+            statics,
+            epochs,
+            pods,
+            netid_part: self.netid_part(&netids)?,
+            netids,
+            local: FlowSet::from_chain(vec![(run.clone(), 0..run.len())]),
+            egress: Arc::from([]),
+            multicast: Arc::from([]),
+        })
     }
-    out.extend(adds);
-    Ok(Arc::from(out))
+
+    /// Bring a node's cached local flows up to date with its pods: only the pods whose version
+    /// is new or gone are looked up and have their flows built or taken out.
+    fn update_local(
+        &mut self,
+        model: &ClusterModel,
+        node: &str,
+        c: &mut NodeCache,
+    ) -> Result<(), PipelineError> {
+        let mut added: Vec<(&PodKey, u64)> = Vec::new();
+        let mut found = vec![false; c.pods.len()];
+        let mut seen = 0;
+        for (key, version) in model.node_pod_versions(node) {
+            match c.pods.binary_search_by_key(&version, |(v, _)| *v) {
+                Ok(i) => {
+                    found[i] = true;
+                    seen += 1;
+                }
+                Err(_) => added.push((key, version)),
+            }
+        }
+        if added.is_empty() && seen == c.pods.len() {
+            return Ok(());
+        }
+        let multitenant = c.statics.mode == Mode::Multitenant;
+        if seen < c.pods.len() {
+            let mut kept = Vec::with_capacity(seen + added.len());
+            let mut gone = Vec::new();
+            for (e, f) in std::mem::take(&mut c.pods).into_iter().zip(&found) {
+                if *f {
+                    kept.push(e);
+                } else {
+                    gone.push(e.1);
+                }
+            }
+            c.pods = kept;
+            for slot in gone {
+                for f in pod_flows_with_cookie(slot.cookie, &slot.inputs)? {
+                    c.local.remove_key(&f);
+                }
+                let n = slot.inputs.netid;
+                if multitenant && n != 0 {
+                    if let Some(k) = c.netids.get_mut(&n) {
+                        *k -= 1;
+                        if *k == 0 {
+                            c.netids.remove(&n);
+                            let run = self.netid_run(n)?;
+                            for f in run.iter() {
+                                c.netid_part.remove_key(f);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (key, version) in added {
+            let Some(p) = model.pod(&key.namespace, &key.name) else {
+                continue;
+            };
+            let inputs = PodInputs {
+                ip: p.ip,
+                ofport: p.ofport,
+                netid: model.effective_netid(&key.namespace),
+            };
+            let cookie = cookie::pod_cookie(&key.namespace, &key.name);
+            let mut flows = pod_flows_with_cookie(cookie, &inputs)?;
+            flows.sort_unstable_by(key_cmp);
+            c.local.insert_run(&Arc::from(flows));
+            if multitenant && inputs.netid != 0 {
+                let k = c.netids.entry(inputs.netid).or_insert(0);
+                *k += 1;
+                if *k == 1 {
+                    let run = self.netid_run(inputs.netid)?;
+                    c.netid_part.insert_run(&run);
+                }
+            }
+            let at = c.pods.partition_point(|(v, _)| *v < version);
+            c.pods.insert(at, (version, PodSlot { cookie, inputs }));
+        }
+        // Each change cuts slices; past a bound the flows are copied into one run again (a
+        // cost shared by the changes since the last copy).
+        if c.local.slice_count() > 64 + c.local.len() / 4 {
+            c.local = c.local.compacted();
+        }
+        Ok(())
+    }
 }

@@ -71,13 +71,17 @@ struct Run {
     end: u32,
 }
 
+/// A slice bound as stored (runs never come near 2^32 flows).
+fn bound32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
 impl Run {
     fn new(flows: Arc<[Flow]>, start: usize, end: usize) -> Self {
-        let bound = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         Run {
             flows,
-            start: bound(start),
-            end: bound(end),
+            start: bound32(start),
+            end: bound32(end),
         }
     }
     fn start(&self) -> usize {
@@ -367,6 +371,96 @@ impl FlowSet {
             runs,
             groups: Arc::from(groups),
             len,
+        }
+    }
+
+    /// Where a flow with `f`'s key is or would go: the slice (`runs.len()` past the end) and
+    /// the offset in it.
+    fn position(&self, f: &Flow) -> (usize, usize) {
+        let r = self.runs.partition_point(|run| {
+            run.slice()
+                .last()
+                .is_some_and(|t| key_cmp(t, f) == Ordering::Less)
+        });
+        let i = self.runs.get(r).map_or(0, |run| {
+            run.slice()
+                .partition_point(|x| key_cmp(x, f) == Ordering::Less)
+        });
+        (r, i)
+    }
+
+    /// Take out the flow with `f`'s key (table, priority, match), if there is one: its slice
+    /// is cut around it, the shared run is not touched. O(log slices + log slice length).
+    pub(crate) fn remove_key(&mut self, f: &Flow) -> bool {
+        let (r, i) = self.position(f);
+        let Some(run) = self.runs.get(r) else {
+            return false;
+        };
+        if run
+            .slice()
+            .get(i)
+            .is_none_or(|x| key_cmp(x, f) != Ordering::Equal)
+        {
+            return false;
+        }
+        let (start, end) = (run.start(), run.end());
+        let at = start + i;
+        if end - start == 1 {
+            self.runs.remove(r);
+        } else if at == start {
+            self.runs[r].start += 1;
+        } else if at + 1 == end {
+            self.runs[r].end -= 1;
+        } else {
+            let tail = Run::new(run.flows.clone(), at + 1, end);
+            self.runs[r].end = bound32(at);
+            self.runs.insert(r + 1, tail);
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// Put in every flow of `run` (sorted, unique keys), each as a slice of it at its place;
+    /// a flow with the key of one already here replaces it. Consecutive flows of `run` that
+    /// land next to each other stay one slice.
+    pub(crate) fn insert_run(&mut self, run: &SharedRun) {
+        for (k, f) in run.iter().enumerate() {
+            self.remove_key(f);
+            let (r, i) = self.position(f);
+            let piece = Run::new(run.clone(), k, k + 1);
+            if i > 0 {
+                // Inside slice r (its flows from i on come after f): split it.
+                let cur = &self.runs[r];
+                let tail = Run::new(cur.flows.clone(), cur.start() + i, cur.end());
+                self.runs[r].end = bound32(self.runs[r].start() + i);
+                self.runs.insert(r + 1, tail);
+                self.runs.insert(r + 1, piece);
+            } else {
+                match r.checked_sub(1).and_then(|p| self.runs.get_mut(p)) {
+                    Some(prev)
+                        if Arc::ptr_eq(&prev.flows, &piece.flows) && prev.end == piece.start =>
+                    {
+                        prev.end = piece.end
+                    }
+                    _ => self.runs.insert(r, piece),
+                }
+            }
+            self.len += 1;
+        }
+    }
+
+    /// The same flows as one new run of their own (one slice).
+    pub(crate) fn compacted(&self) -> FlowSet {
+        let flows: SharedRun = self.iter().cloned().collect();
+        let runs = if flows.is_empty() {
+            Vec::new()
+        } else {
+            vec![Run::new(flows.clone(), 0, flows.len())]
+        };
+        FlowSet {
+            runs,
+            groups: self.groups.clone(),
+            len: flows.len(),
         }
     }
 

@@ -433,8 +433,12 @@ fn default_flows(
 
 /// The flows of one local pod: anti-spoofing (IP and ARP), service return, ARP and IP delivery.
 pub fn pod_flows(key: &PodKey, p: &PodInputs) -> Result<[Flow; 5], PipelineError> {
+    pod_flows_with_cookie(cookie::pod_cookie(&key.namespace, &key.name), p)
+}
+
+/// [`pod_flows`] with the pod's cookie (`cookie::pod_cookie` of its key) already computed.
+pub fn pod_flows_with_cookie(ck: u64, p: &PodInputs) -> Result<[Flow; 5], PipelineError> {
     use TableId as T;
-    let ck = cookie::pod_cookie(&key.namespace, &key.name);
     let fb = |t, b| FlowBuilder::new(t, b, ck);
     let mac = pod_mac(p.ip);
     // Room for exactly the flow's fields: `build` keeps the allocation as it is (these are
