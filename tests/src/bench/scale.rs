@@ -28,7 +28,7 @@
 use super::arg_value;
 use super::attach::{controller_bin, free_port};
 use crate::process::TrackedProcess;
-use crate::{HarnessError, OvsSandbox};
+use crate::OvsSandbox;
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use serde_json::{json, Value};
@@ -60,9 +60,11 @@ pub struct Settings {
     pub mem_budget_mib: f64,
     /// Pause between two `get switches` while waiting.
     pub poll: Duration,
+    /// `--echo-interval` of the controller (None: its default).
+    pub echo_interval: Option<f64>,
 }
 
-const USAGE: &str = "flowmesh-bench scale [--switches N] [--vswitchds K] [--pods-per-node P] [--namespaces S] [--storms R] [--timeout SECS] [--mem-budget-gib G] [--poll-ms MS]";
+const USAGE: &str = "flowmesh-bench scale [--switches N] [--vswitchds K] [--pods-per-node P] [--namespaces S] [--storms R] [--timeout SECS] [--mem-budget-gib G] [--poll-ms MS] [--echo-interval SECS]";
 
 impl Settings {
     /// From the command line.
@@ -77,6 +79,7 @@ impl Settings {
                 "--timeout",
                 "--mem-budget-gib",
                 "--poll-ms",
+                "--echo-interval",
             ];
             if !known.contains(&a.as_str()) {
                 return Err(format!("unknown option {a}; usage: {USAGE}"));
@@ -93,6 +96,10 @@ impl Settings {
             timeout: Duration::from_secs_f64(arg_value(args, "--timeout", 300.0)?),
             mem_budget_mib: arg_value::<f64>(args, "--mem-budget-gib", 10.0)? * 1024.0,
             poll: Duration::from_millis(arg_value(args, "--poll-ms", 100)?),
+            echo_interval: match arg_value(args, "--echo-interval", -1.0)? {
+                v if v < 0.0 => None,
+                v => Some(v),
+            },
         };
         if s.switches == 0 || s.switches > 60_000 {
             return Err("--switches: 1 to 60000".into());
@@ -462,17 +469,30 @@ fn db_sock(sbx: &OvsSandbox) -> PathBuf {
     sbx.run_dir().join("db.sock")
 }
 
-/// Makes ovs-vsctl wait until vswitchd applied the database (a no-op change it must ack).
+/// Makes ovs-vsctl wait (up to 5 minutes: a loaded machine) until vswitchd applied the
+/// database: a change it must acknowledge.
 fn vswitchd_caught_up(sbx: &OvsSandbox, tag: &str) -> Result<(), String> {
-    sbx.vsctl(&[
-        "--timeout=300",
-        "set",
-        "Open_vSwitch",
-        ".",
-        &format!("external_ids:flowmesh-scale={tag}"),
-    ])
-    .map(|_| ())
-    .map_err(|e| e.to_string())
+    let dir = sbx.run_dir();
+    let mut cmd = Command::new("ovs-vsctl");
+    for var in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR", "OVS_SYSCONFDIR"] {
+        cmd.env(var, dir);
+    }
+    let out = cmd
+        .arg(format!("--db=unix:{}", db_sock(sbx).display()))
+        .arg("--timeout=300")
+        .args(["set", "Open_vSwitch", "."])
+        .arg(format!("external_ids:flowmesh-scale={tag}"))
+        .output()
+        .map_err(|e| format!("ovs-vsctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ovs-vsctl set Open_vSwitch in {}: {} {}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 /// Points every bridge of every vswitchd at `target` (or clears it): one transaction each.
@@ -495,7 +515,18 @@ struct Controller {
     grpc: SocketAddr,
 }
 
-fn start_controller(data: &Path, log: &Path, of: SocketAddr) -> Result<(Controller, f64), String> {
+/// The cluster network of the run: OpenShift's default /14 of /23 node subnets holds only 512
+/// nodes, so one 10.0.0.0/8 range of /24 subnets (65,536 nodes of up to 254 pods).
+const CLUSTER_CONFIG: &str = "clusterNetworks:\n  - cidr: 10.0.0.0/8\n    hostPrefix: 24\nserviceNetwork: 172.30.0.0/16\nmode: multitenant\n";
+
+fn start_controller(
+    data: &Path,
+    log: &Path,
+    of: SocketAddr,
+    s: &Settings,
+) -> Result<(Controller, f64), String> {
+    let config = data.with_extension("yaml");
+    std::fs::write(&config, CLUSTER_CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
     let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let logf = std::fs::OpenOptions::new()
@@ -507,6 +538,13 @@ fn start_controller(data: &Path, log: &Path, of: SocketAddr) -> Result<(Controll
     let mut cmd = Command::new(controller_bin()?);
     cmd.arg("--data-dir")
         .arg(data)
+        .arg("--config")
+        .arg(&config)
+        .args(
+            s.echo_interval
+                .iter()
+                .flat_map(|e| ["--echo-interval".to_string(), e.to_string()]),
+        )
         .args(["--grpc-listen", &grpc.to_string()])
         .args(["--openflow-listen", &of.to_string()])
         .args(["--metrics-listen", &metrics.to_string()])
@@ -536,12 +574,45 @@ fn start_controller(data: &Path, log: &Path, of: SocketAddr) -> Result<(Controll
 }
 
 async fn admin_of(c: &Controller) -> Result<AdminClient<Channel>, String> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.grpc))
+    admin_at(c.grpc).await
+}
+
+async fn admin_at(grpc: SocketAddr) -> Result<AdminClient<Channel>, String> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
         .map_err(|e| e.to_string())?
         .connect()
         .await
         .map_err(|e| format!("admin API: {e}"))?;
     Ok(AdminClient::new(ch).max_decoding_message_size(64 << 20))
+}
+
+/// `get switches`, reconnecting after a transport error (the controller's HTTP/2 keepalive
+/// closes a connection whose ping is answered late on a loaded machine); the reconnects are
+/// counted and reported.
+async fn list_switches(
+    admin: &mut AdminClient<Channel>,
+    grpc: SocketAddr,
+    reconnects: &mut u32,
+) -> Result<Vec<pa::Switch>, String> {
+    let mut tries = 0;
+    loop {
+        match admin.list_switches(pa::Empty {}).await {
+            Ok(r) => return Ok(r.into_inner().items),
+            Err(e)
+                if tries < 20
+                    && matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown) =>
+            {
+                tries += 1;
+                *reconnects += 1;
+                println!("  (get switches failed: {e}; reconnecting)");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Ok(a) = admin_at(grpc).await {
+                    *admin = a;
+                }
+            }
+            Err(e) => return Err(format!("get switches: {e}")),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,8 +667,11 @@ fn pct(v: &[f64], p: f64) -> f64 {
 
 /// Polls `get switches` until every node's switch is connected and synced with as many flows
 /// as desired, on a connection other than the one in `old_peers` (when given).
+#[allow(clippy::too_many_arguments)]
 async fn wait_synced(
     admin: &mut AdminClient<Channel>,
+    grpc: SocketAddr,
+    reconnects: &mut u32,
     nodes: u32,
     since: Instant,
     old_peers: Option<&HashMap<String, String>>,
@@ -609,12 +683,7 @@ async fn wait_synced(
     let mut last_report = Instant::now();
     loop {
         mem.check(&pids())?;
-        let items = admin
-            .list_switches(pa::Empty {})
-            .await
-            .map_err(|e| format!("get switches: {}", e.message()))?
-            .into_inner()
-            .items;
+        let items = list_switches(admin, grpc, reconnects).await?;
         let now = since.elapsed().as_secs_f64();
         for sw in items.iter().filter(|sw| !sw.unknown && !sw.node.is_empty()) {
             let fresh = old_peers.is_none_or(|o| o.get(&sw.node) != Some(&sw.peer));
@@ -730,10 +799,37 @@ pub async fn run(s: &Settings) -> Result<(), String> {
         Pids::of(None, &dirs).vswitchd_rss_mib()
     );
 
+    let res = measure(s, &mut sbx, &dirs, &data, &log, &mut mem).await;
+    if res.is_err() {
+        // Keep what explains a failure: the vswitchds' logs beside the controller's.
+        for (j, d) in dirs.iter().enumerate() {
+            let to = data.with_extension(format!("ovs{j}.log"));
+            if std::fs::copy(d.join("ovs-vswitchd.log"), &to).is_ok() {
+                println!("ovs-vswitchd log kept: {}", to.display());
+            }
+        }
+    }
+    drop(sbx);
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_file(data.with_extension("yaml"));
+    res
+}
+
+/// The phases after the vswitchds are up.
+async fn measure(
+    s: &Settings,
+    sbx: &mut Vec<OvsSandbox>,
+    dirs: &[PathBuf],
+    data: &Path,
+    log: &Path,
+    mem: &mut MemWatch,
+) -> Result<(), String> {
+    let (n, k) = (s.switches, s.vswitchds);
+    let (data, log) = (data.to_owned(), log.to_owned());
     // Set-up: nodes, namespaces, a first connect, pods.
     let of = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let target = format!("tcp:{of}");
-    let (ctl, _) = start_controller(&data, &log, of)?;
+    let (ctl, _) = start_controller(&data, &log, of, s)?;
     let mut admin = admin_of(&ctl).await?;
     let t0 = Instant::now();
     super::add_bench_nodes(&mut admin, n).await?;
@@ -751,16 +847,19 @@ pub async fn run(s: &Settings) -> Result<(), String> {
         t0.elapsed().as_secs_f64()
     );
     let t0 = Instant::now();
-    set_controllers(&sbx, n, Some(&target))?;
+    set_controllers(sbx, n, Some(&target))?;
     let ctl_pid = Some(ctl.proc.pid());
+    let mut reconnects = 0;
     let warm = wait_synced(
         &mut admin,
+        ctl.grpc,
+        &mut reconnects,
         n,
         t0,
         None,
         s,
-        &|| Pids::of(ctl_pid, &dirs),
-        &mut mem,
+        &|| Pids::of(ctl_pid, dirs),
+        mem,
     )
     .await?;
     println!(
@@ -777,26 +876,28 @@ pub async fn run(s: &Settings) -> Result<(), String> {
     let mut ctl = ctl;
     ctl.proc.terminate(Duration::from_secs(10));
     drop(admin);
-    set_controllers(&sbx, n, None)?;
-    restart_all(&mut sbx, false)?;
+    set_controllers(sbx, n, None)?;
+    restart_all(sbx, 0)?;
 
     // Phase 2: connect (a fresh controller, bridges with empty tables told their controller).
-    let (ctl, ctl_start) = start_controller(&data, &log, of)?;
+    let (ctl, ctl_start) = start_controller(&data, &log, of, s)?;
     let mut admin = admin_of(&ctl).await?;
     let ctl_pid = ctl.proc.pid();
-    let pids = Pids::of(Some(ctl_pid), &dirs);
+    let pids = Pids::of(Some(ctl_pid), dirs);
     let before = pids.cpu();
     let t0 = Instant::now();
-    set_controllers(&sbx, n, Some(&target))?;
+    set_controllers(sbx, n, Some(&target))?;
     let told = t0.elapsed().as_secs_f64();
     let conn = wait_synced(
         &mut admin,
+        ctl.grpc,
+        &mut reconnects,
         n,
         t0,
         None,
         s,
-        &|| Pids::of(Some(ctl_pid), &dirs),
-        &mut mem,
+        &|| Pids::of(Some(ctl_pid), dirs),
+        mem,
     )
     .await?;
     let cpu_connect = CpuUse::between(&before, &pids.cpu(), false);
@@ -831,26 +932,36 @@ pub async fn run(s: &Settings) -> Result<(), String> {
     let mut storms = Vec::new();
     let mut last_peers = conn.peers.clone();
     for r in 0..s.storms {
-        let before = Pids::of(Some(ctl_pid), &dirs).cpu();
+        let before = Pids::of(Some(ctl_pid), dirs).cpu();
         let t0 = Instant::now();
-        let moved = std::mem::take(&mut sbx);
+        let moved = std::mem::take(sbx);
         let restart = tokio::task::spawn_blocking(move || {
             let mut moved = moved;
-            let r = restart_all(&mut moved, true);
+            let r = restart_all(&mut moved, r + 1);
             (moved, r)
         });
         // Poll while the vswitchds come back.
         let peers = last_peers.clone();
-        let pids_now = || Pids::of(Some(ctl_pid), &dirs);
-        let wait = wait_synced(&mut admin, n, t0, Some(&peers), s, &pids_now, &mut mem);
+        let pids_now = || Pids::of(Some(ctl_pid), dirs);
+        let wait = wait_synced(
+            &mut admin,
+            ctl.grpc,
+            &mut reconnects,
+            n,
+            t0,
+            Some(&peers),
+            s,
+            &pids_now,
+            mem,
+        );
         let (times, joined) = tokio::join!(wait, restart);
         let (moved, restarted) = joined.map_err(|e| format!("restart thread: {e}"))?;
-        sbx = moved;
+        *sbx = moved;
         let ready = restarted?;
         let times = times?;
-        let after = Pids::of(Some(ctl_pid), &dirs).cpu();
+        let after = Pids::of(Some(ctl_pid), dirs).cpu();
         let cpu = CpuUse::between(&before, &after, true);
-        mem.check(&Pids::of(Some(ctl_pid), &dirs))?;
+        mem.check(&Pids::of(Some(ctl_pid), dirs))?;
         let own = times.own();
         let synced: Vec<f64> = times.synced.values().copied().collect();
         let (slowest, all) = times.slowest().unwrap_or_default();
@@ -883,8 +994,8 @@ pub async fn run(s: &Settings) -> Result<(), String> {
     }
 
     // The switches really hold what the controller says: a sample of bridges read back.
-    verify_sample(&sbx, s, &mut admin).await?;
-    let pids = Pids::of(Some(ctl_pid), &dirs);
+    verify_sample(sbx, s, &mut admin).await?;
+    let pids = Pids::of(Some(ctl_pid), dirs);
     mem.check(&pids)?;
     let rss_end = status_mib(ctl.proc.pid(), "VmRSS:").unwrap_or(0.0);
     let hwm_end = status_mib(ctl.proc.pid(), "VmHWM:").unwrap_or(0.0);
@@ -901,8 +1012,6 @@ pub async fn run(s: &Settings) -> Result<(), String> {
     let storm_ok = !storms.is_empty() && worst(|st| st.all_synced) <= 30.0;
     drop(admin);
     drop(ctl);
-    drop(sbx);
-    let _ = std::fs::remove_dir_all(&data);
     println!(
         "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} load={}",
         n * s.pods_per_node,
@@ -959,21 +1068,19 @@ async fn attach_pods(admin: &AdminClient<Channel>, s: &Settings) -> Result<(), S
     }
 }
 
-/// Restarts every vswitchd in parallel: SIGKILL (a crash) with `kill`, else SIGTERM; each
-/// comes back on its database. Returns the seconds until the last one has applied its
-/// configuration.
-fn restart_all(sbx: &mut [OvsSandbox], kill: bool) -> Result<f64, String> {
+/// Kills every vswitchd (SIGKILL, by PID: a crash, the flows are gone) and starts it again on
+/// its database, all in parallel. Returns the seconds until the last one has applied its
+/// configuration (its bridges exist and dial their controller).
+fn restart_all(sbx: &mut [OvsSandbox], round: u32) -> Result<f64, String> {
     let t0 = Instant::now();
     std::thread::scope(|scope| {
         let hs: Vec<_> = sbx
             .iter_mut()
             .map(|sb| {
                 scope.spawn(move || -> Result<(), String> {
-                    if kill {
-                        sb.kill_vswitchd();
-                    }
-                    sb.restart_vswitchd()
-                        .map_err(|e: HarnessError| e.to_string())
+                    sb.kill_vswitchd();
+                    sb.start_vswitchd().map_err(|e| e.to_string())?;
+                    vswitchd_caught_up(sb, &format!("restart-{round}"))
                 })
             })
             .collect();
