@@ -8,10 +8,48 @@ use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, Swi
 use ofproto::Message;
 use std::sync::Arc;
 
+/// How many switches the controller reads whole (flow stats) or programs (a bundle) at once.
+/// After a mass reconnect (every ovs-vswitchd of a rack restarted, a controller restart) every
+/// switch wants its full table at the same moment; with all of them in flight each one's
+/// bundle advances a sliver at a time, every switch stays silent behind its own bundle for
+/// longer than the echo timeout, and sessions are dropped and restarted without end. A few
+/// dozen at a time keeps each bundle short while still overlapping network and switch time.
+pub const MAX_CONCURRENT_SYNCS: usize = 32;
+
+/// First come, first served admission of whole-table reads and bundles across every switch
+/// session, so a mass reconnect completes in arrival order and no switch starves.
+#[derive(Clone, Debug)]
+pub struct SyncLimiter(Arc<tokio::sync::Semaphore>);
+
+impl SyncLimiter {
+    /// At most `n` (at least 1) reads or bundles at once.
+    pub fn new(n: usize) -> Self {
+        SyncLimiter(Arc::new(tokio::sync::Semaphore::new(n.max(1))))
+    }
+
+    /// Waits for a turn (FIFO); the turn ends when the permit is dropped.
+    pub async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.0.clone().acquire_owned().await.ok()
+    }
+
+    /// Turns free right now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+impl Default for SyncLimiter {
+    fn default() -> Self {
+        SyncLimiter::new(MAX_CONCURRENT_SYNCS)
+    }
+}
+
 /// A switch session as a [`SwitchLink`].
 pub struct SessionLink {
     handle: SwitchHandle,
     peer: String,
+    /// Shared by every session of the listener.
+    limiter: SyncLimiter,
     /// With OpenFlow TLS: the node the switch's certificate names (None: it names no node).
     /// Without TLS: no binding.
     cert_node: Option<Option<String>>,
@@ -52,6 +90,7 @@ impl SwitchLink for SessionLink {
 
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         Box::pin(async move {
+            let _turn = self.limiter.turn().await;
             let flows = self
                 .handle
                 .flow_stats(FlowStatsRequest::all())
@@ -85,6 +124,7 @@ impl SwitchLink for SessionLink {
                     SwitchChange::Group(gm) => Message::GroupMod(gm),
                 })
                 .collect();
+            let _turn = self.limiter.turn().await;
             match self.handle.send_bundle(messages).await {
                 Ok(()) => Ok(()),
                 Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
@@ -105,7 +145,16 @@ impl SwitchLink for SessionLink {
 
 /// Hand every session event to the core: ready switches become links of their node's
 /// reconciler, disconnects end them. Runs until the listener stops.
-pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
+pub async fn forward_events(core: CoreHandle, events: EventStream) {
+    forward_events_limited(core, events, SyncLimiter::default()).await
+}
+
+/// [`forward_events`] with the links' reads and bundles admitted through `limiter`.
+pub async fn forward_events_limited(
+    core: CoreHandle,
+    mut events: EventStream,
+    limiter: SyncLimiter,
+) {
     while let Some(ev) = events.next().await {
         match ev {
             SessionEvent::Ready {
@@ -128,6 +177,7 @@ pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
                 let link = Arc::new(SessionLink {
                     handle,
                     peer,
+                    limiter: limiter.clone(),
                     cert_node,
                 });
                 core.switch_up(conn, info.dpid, link);
@@ -154,5 +204,44 @@ pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
             }
             SessionEvent::Message { .. } | SessionEvent::ConnectFailed { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn turns_are_bounded_and_first_come_first_served() {
+        let l = SyncLimiter::new(2);
+        let a = l.turn().await;
+        let b = l.turn().await;
+        assert_eq!(l.available(), 0);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for i in 0..3 {
+            let (l, order) = (l.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let t = l.turn().await;
+                order.lock().map(|mut o| o.push(i)).ok();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                drop(t);
+            }));
+            // Queue them in this order.
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(
+            order.lock().map(|o| o.is_empty()).unwrap_or(false),
+            "no turn while both are held"
+        );
+        drop(a);
+        drop(b);
+        for w in waiting {
+            w.await.ok();
+        }
+        assert_eq!(*order.lock().expect("lock"), vec![0, 1, 2]);
+        assert_eq!(l.available(), 2);
+        assert_eq!(SyncLimiter::new(0).available(), 1);
     }
 }

@@ -510,6 +510,13 @@ impl OvsSandbox {
         self.ovs.kill_vswitchd();
     }
 
+    /// Starts ovs-vswitchd again after [`OvsSandbox::kill_vswitchd`]; returns once its control
+    /// socket answers, without waiting for it to apply the configuration (with many bridges
+    /// that can take longer than the ovs-* clients' timeout).
+    pub fn start_vswitchd(&mut self) -> Result<()> {
+        self.ovs.start_vswitchd()
+    }
+
     /// Restarts ovs-vswitchd on the same database (flows are gone afterwards, as in OVS).
     /// Also starts it again after [`OvsSandbox::kill_vswitchd`].
     pub fn restart_vswitchd(&mut self) -> Result<()> {

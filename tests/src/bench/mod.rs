@@ -8,6 +8,7 @@ pub mod egressip;
 pub mod flows;
 pub mod netpol;
 pub mod push;
+pub mod scale;
 pub mod takeover;
 
 /// Value of `--name N` in `args`, parsed, or `default`.
