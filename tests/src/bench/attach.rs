@@ -135,13 +135,7 @@ impl Cluster {
             .map_err(|e| format!("starting flowmesh-controller: {e}"))?;
         let controller_pid = child.id();
         let ctl = Ctl(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(grpc).is_err() {
-            if Instant::now() > deadline {
-                return Err("flowmesh-controller did not start".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        super::wait_listening(grpc, "flowmesh-controller").await?;
 
         let t0 = Instant::now();
         let per_sandbox = switches.div_ceil(vswitchds);

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use topology::model::{EgressAction, EgressFirewall, EgressRule, EgressTo, PodAttach};
 use topology::{ClusterModel, ClusterNetworkConfig, FlowSet, Ipv4Cidr, Mode, Pipeline};
 
@@ -274,13 +274,7 @@ async fn on_ovs(rules: u32, switches: u32) -> Result<Ovs, String> {
         .spawn()
         .map_err(|e| format!("starting flowmesh-controller: {e}"))?;
     let _ctl = Ctl(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(grpc).is_err() {
-        if Instant::now() > deadline {
-            return Err("flowmesh-controller did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::wait_listening(grpc, "flowmesh-controller").await?;
     let sbx = OvsSandbox::builder()
         .bridges(
             (0..switches)

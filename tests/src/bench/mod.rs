@@ -11,6 +11,18 @@ pub mod push;
 pub mod scale;
 pub mod takeover;
 
+/// Waits (up to 20 s) until the controller `who` accepts connections on `grpc`.
+pub(crate) async fn wait_listening(grpc: std::net::SocketAddr, who: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(grpc).is_err() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{who} did not start"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 /// Value of `--name N` in `args`, parsed, or `default`.
 pub fn arg_value<T: std::str::FromStr>(
     args: &[String],

@@ -655,16 +655,6 @@ impl SyncTimes {
     }
 }
 
-fn pct(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return 0.0;
-    }
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
 /// Polls `get switches` until every node's switch is connected and synced with as many flows
 /// as desired, on a connection other than the one in `old_peers` (when given).
 #[allow(clippy::too_many_arguments)]
@@ -904,7 +894,7 @@ async fn measure(
     let synced_secs = conn.all_synced_secs();
     let mut flows: Vec<f64> = conn.flows.values().map(|f| *f as f64).collect();
     flows.sort_by(f64::total_cmp);
-    let flows_med = pct(&flows, 0.5);
+    let flows_med = super::attach::percentile(&flows, 0.5);
     let total_flows: f64 = flows.iter().sum();
     let rss = status_mib(ctl_pid, "VmRSS:").unwrap_or(0.0);
     let hwm = status_mib(ctl_pid, "VmHWM:").unwrap_or(0.0);
@@ -913,12 +903,12 @@ async fn measure(
     println!(
         "connect: controller up in {ctl_start:.2} s; {n} bridges told their controller in {told:.2} s; all {n} switches synced after {synced_secs:.2} s (first {:.2} s, p50 {:.2} s); each switch's own connect→synced p50 {:.2} s max {:.2} s; {:.0} flows per switch (min {:.0}, max {:.0}), {:.0} in all",
         conn.first_synced_secs(),
-        pct(&conn.synced.values().copied().collect::<Vec<_>>(), 0.5),
-        pct(&own, 0.5),
-        pct(&own, 1.0),
+        super::attach::percentile(&conn.synced.values().copied().collect::<Vec<_>>(), 0.5),
+        super::attach::percentile(&own, 0.5),
+        super::attach::percentile(&own, 1.0),
         flows_med,
-        pct(&flows, 0.0),
-        pct(&flows, 1.0),
+        super::attach::percentile(&flows, 0.0),
+        super::attach::percentile(&flows, 1.0),
         total_flows
     );
     println!("connect: {}", cpu_connect.describe());
@@ -969,9 +959,9 @@ async fn measure(
             all_synced: all,
             vswitchd_ready: ready,
             first_synced: times.first_synced_secs(),
-            own_p50: pct(&own, 0.5),
-            own_max: pct(&own, 1.0),
-            synced_p50: pct(&synced, 0.5),
+            own_p50: super::attach::percentile(&own, 0.5),
+            own_max: super::attach::percentile(&own, 1.0),
+            synced_p50: super::attach::percentile(&synced, 0.5),
             spread: all - times.first_synced_secs(),
             slowest,
             cpu,

@@ -30,6 +30,16 @@ use ofproto::Flow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// What a local pod's flows depend on (None: the pod is gone).
+fn pod_inputs(model: &ClusterModel, key: &PodKey) -> Option<PodInputs> {
+    let p = model.pod(&key.namespace, &key.name)?;
+    Some(PodInputs {
+        ip: p.ip,
+        ofport: p.ofport,
+        netid: model.effective_netid(&key.namespace),
+    })
+}
+
 /// Compute one node's complete FlowSet from scratch (no cache).
 pub fn compute_node(model: &ClusterModel, node: &str) -> Result<FlowSet, PipelineError> {
     Pipeline::new().node_flows(model, node)
@@ -265,13 +275,8 @@ impl Pipeline {
         let mut v = static_flows(&statics)?;
         v.reserve_exact(count * 5);
         for (key, version) in model.node_pod_versions(node) {
-            let Some(p) = model.pod(&key.namespace, &key.name) else {
+            let Some(inputs) = pod_inputs(model, key) else {
                 continue;
-            };
-            let inputs = PodInputs {
-                ip: p.ip,
-                ofport: p.ofport,
-                netid: model.effective_netid(&key.namespace),
             };
             if multitenant && inputs.netid != 0 {
                 *netids.entry(inputs.netid).or_insert(0) += 1;
@@ -350,13 +355,8 @@ impl Pipeline {
             }
         }
         for (key, version) in added {
-            let Some(p) = model.pod(&key.namespace, &key.name) else {
+            let Some(inputs) = pod_inputs(model, key) else {
                 continue;
-            };
-            let inputs = PodInputs {
-                ip: p.ip,
-                ofport: p.ofport,
-                netid: model.effective_netid(&key.namespace),
             };
             let cookie = cookie::pod_cookie(&key.namespace, &key.name);
             let mut flows = pod_flows_with_cookie(cookie, &inputs)?;
