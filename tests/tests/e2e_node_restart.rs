@@ -31,6 +31,19 @@ fn log_has(path: &std::path::Path, text: &str) -> bool {
     std::fs::read_to_string(path).is_ok_and(|l| l.contains(text))
 }
 
+/// Waits (10 s at most) until the log at `path` contains `text`.
+fn wait_log(path: &std::path::Path, text: &str) {
+    let t = Instant::now();
+    while !log_has(path, text) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} never logged {text:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn shim_and_controller_restarts_keep_pods_and_clean_up() {
     let mut c = CniCluster::start(&ControllerOptions::multitenant());
@@ -120,7 +133,7 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         "vxlan0 and tun0 recreated after {} ms",
         t.elapsed().as_millis()
     );
-    assert!(log_has(&c.shims[1].log, "node set-up repaired"));
+    wait_log(&c.shims[1].log, "node set-up repaired");
     let t = Instant::now();
     while c.lab.ping(&a.ns, b.ip.into(), 1).expect("ping").received == 0 {
         assert!(
@@ -148,7 +161,9 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         "br0 and the pod port recreated after {} ms",
         t.elapsed().as_millis()
     );
-    assert!(log_has(&c.shims[1].log, "pod port repaired"));
+    // The shim logs the repair once OVS has given the port its number (a moment after the
+    // port row appears).
+    wait_log(&c.shims[1].log, "pod port repaired");
     let t = Instant::now();
     while c.lab.ping(&a.ns, b.ip.into(), 1).expect("ping").received == 0 {
         assert!(
