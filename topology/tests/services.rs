@@ -12,11 +12,13 @@
 //!   service IP, committed in zone 1 in t60), but not without that connection;
 //! * ordinary pod-to-pod replies are not sent to the host.
 
-use std::collections::BTreeMap;
+mod common;
+
+use common::all_flows;
 use std::net::Ipv4Addr;
 use topology::model::{LabelSelector, NetworkPolicy, PodAttach, PodInfo};
 use topology::sim::{Packet, Simulator, L3};
-use topology::{ClusterModel, ClusterNetworkConfig, FlowSet, Mode, Pipeline};
+use topology::{ClusterModel, ClusterNetworkConfig, Mode};
 
 const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 10);
 const SERVICE_PORT: u16 = 80;
@@ -59,14 +61,17 @@ fn cluster(mode: Mode) -> ClusterModel {
     m
 }
 
-fn flows(m: &ClusterModel) -> BTreeMap<String, FlowSet> {
-    let mut p = Pipeline::new();
-    m.nodes()
-        .map(|n| {
-            let fs = p.node_flows(m, &n.name).expect("flows");
-            (n.name.clone(), fs)
-        })
-        .collect()
+/// A policy of `namespace` selecting all its pods and admitting nothing.
+fn deny_all_ingress(namespace: &str) -> NetworkPolicy {
+    NetworkPolicy {
+        namespace: namespace.into(),
+        name: "deny-all-ingress".into(),
+        pod_selector: LabelSelector::default(),
+        ingress_isolation: true,
+        egress_isolation: false,
+        ingress: Vec::new(),
+        egress: Vec::new(),
+    }
 }
 
 fn pod(m: &ClusterModel, ns: &str, name: &str) -> PodInfo {
@@ -160,7 +165,7 @@ fn services_reach_local_and_remote_endpoints_in_every_mode() {
         if mode == Mode::Multitenant {
             m.join(&["client"], "svc").expect("join");
         }
-        let sim = Simulator::from_model(&m, &flows(&m));
+        let sim = Simulator::from_model(&m, &all_flows(&m));
         let c = pod(&m, "client", "c");
         for (i, e) in ["e1", "e2"].iter().enumerate() {
             let e = pod(&m, "svc", e);
@@ -179,13 +184,13 @@ fn services_reach_local_and_remote_endpoints_in_every_mode() {
 fn multitenant_services_of_another_project_are_refused_until_joined_or_global() {
     let mut m = cluster(Mode::Multitenant);
     let c = pod(&m, "client", "c");
-    let sim = Simulator::from_model(&m, &flows(&m));
+    let sim = Simulator::from_model(&m, &all_flows(&m));
     for e in ["e1", "e2"] {
         let e = pod(&m, "svc", e);
         assert_eq!(connect(&m, &sim, &c, &e, CLIENT_PORT), Verdict::Refused);
     }
     m.make_global("client").expect("global");
-    let sim = Simulator::from_model(&m, &flows(&m));
+    let sim = Simulator::from_model(&m, &all_flows(&m));
     for e in ["e1", "e2"] {
         let e = pod(&m, "svc", e);
         assert_eq!(connect(&m, &sim, &c, &e, CLIENT_PORT), Verdict::Served);
@@ -196,17 +201,8 @@ fn multitenant_services_of_another_project_are_refused_until_joined_or_global() 
 fn networkpolicy_judges_the_real_addresses_and_lets_the_replies_in() {
     let mut m = cluster(Mode::Networkpolicy);
     // The client accepts no connection at all: the service's answers still reach it.
-    m.apply_policy(NetworkPolicy {
-        namespace: "client".into(),
-        name: "deny-all-ingress".into(),
-        pod_selector: LabelSelector::default(),
-        ingress_isolation: true,
-        egress_isolation: false,
-        ingress: Vec::new(),
-        egress: Vec::new(),
-    })
-    .expect("policy");
-    let sim = Simulator::from_model(&m, &flows(&m));
+    m.apply_policy(deny_all_ingress("client")).expect("policy");
+    let sim = Simulator::from_model(&m, &all_flows(&m));
     let c = pod(&m, "client", "c");
     for (i, e) in ["e1", "e2"].iter().enumerate() {
         let e = pod(&m, "svc", e);
@@ -228,17 +224,8 @@ fn networkpolicy_judges_the_real_addresses_and_lets_the_replies_in() {
     assert!(t.dropped(), "{t:?}");
     // The endpoints accept nothing from the client's namespace: the DNATed packet is judged
     // with its real addresses and refused, on either node.
-    m.apply_policy(NetworkPolicy {
-        namespace: "svc".into(),
-        name: "deny-all-ingress".into(),
-        pod_selector: LabelSelector::default(),
-        ingress_isolation: true,
-        egress_isolation: false,
-        ingress: Vec::new(),
-        egress: Vec::new(),
-    })
-    .expect("policy");
-    let sim = Simulator::from_model(&m, &flows(&m));
+    m.apply_policy(deny_all_ingress("svc")).expect("policy");
+    let sim = Simulator::from_model(&m, &all_flows(&m));
     for e in ["e1", "e2"] {
         let e = pod(&m, "svc", e);
         assert_eq!(connect(&m, &sim, &c, &e, CLIENT_PORT), Verdict::Refused);
@@ -249,7 +236,7 @@ fn networkpolicy_judges_the_real_addresses_and_lets_the_replies_in() {
 fn pod_to_pod_replies_stay_in_the_overlay() {
     for mode in [Mode::Subnet, Mode::Networkpolicy] {
         let m = cluster(mode);
-        let sim = Simulator::from_model(&m, &flows(&m));
+        let sim = Simulator::from_model(&m, &all_flows(&m));
         let c = pod(&m, "client", "c");
         for e in ["e1", "e2"] {
             let e = pod(&m, "svc", e);
