@@ -144,17 +144,10 @@ impl SwitchLink for SessionLink {
 }
 
 /// Hand every session event to the core: ready switches become links of their node's
-/// reconciler, disconnects end them. Runs until the listener stops.
-pub async fn forward_events(core: CoreHandle, events: EventStream) {
-    forward_events_limited(core, events, SyncLimiter::default()).await
-}
-
-/// [`forward_events`] with the links' reads and bundles admitted through `limiter`.
-pub async fn forward_events_limited(
-    core: CoreHandle,
-    mut events: EventStream,
-    limiter: SyncLimiter,
-) {
+/// reconciler, disconnects end them; the links' reads and bundles take turns through one
+/// [`SyncLimiter`]. Runs until the listener stops.
+pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
+    let limiter = SyncLimiter::default();
     while let Some(ev) = events.next().await {
         match ev {
             SessionEvent::Ready {
