@@ -482,7 +482,6 @@ impl Reconciler {
     }
 
     async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
-        let t_diff = Instant::now();
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
@@ -490,6 +489,8 @@ impl Reconciler {
                 FlowSet::new(f, g)
             }
         };
+        // The diff phase: not the read-back above, which is the switch's time.
+        let t_diff = Instant::now();
         let diff = FlowSet::diff(&installed, &self.desired);
         if diff.is_empty() {
             self.status
