@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use proto::node::RegisterNodeRequest;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::netlink::{Netlink, NetlinkError};
 use crate::node::{ensure_node, BridgeSpec, NodeSettings, SetupError};
@@ -279,10 +279,6 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     let reclaimed = pods.reclaim_orphans().await;
     if !reclaimed.is_empty() {
         info!(ports = %reclaimed.join(","), "removed the ports of pods deleted while the shim was down");
-    }
-    match pods.load_known().await {
-        Ok(n) => debug!(ports = n, "pod ports on the bridge"),
-        Err(e) => warn!(error = %e, "cannot list the pod ports to keep on the bridge"),
     }
     if args.node_reconcile_interval > 0 {
         let (vsctl, nl, spec, settings, pods) = (

@@ -101,20 +101,6 @@ impl PodManager {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Learns the pod ports now on OVS (at start, after `reclaim_orphans`): the ones
-    /// `restore_ports` keeps there.
-    pub async fn load_known(&self) -> Result<usize, OvsError> {
-        let ports = self.vsctl.pod_ports().await?;
-        let mut known = self.known();
-        known.extend(
-            ports
-                .into_iter()
-                .filter(|p| p.ofport.is_some())
-                .map(|p| (p.name.clone(), p)),
-        );
-        Ok(known.len())
-    }
-
     /// Puts back on the bridge, with their OpenFlow port numbers and external ids, the pod
     /// ports that vanished from OVS while their pod still runs (br0 deleted and recreated
     /// behind the shim's back): the controller's flows for them apply again unchanged. A
@@ -627,11 +613,11 @@ impl PodManager {
         Ok(())
     }
 
-    /// GC: detach every flowmesh pod port whose (container id, ifname) is not in the valid list.
     /// At start: the ports of pods that went away while the shim was down (their network
     /// namespace was deleted, which destroys the veth pair, so the port's host end is gone)
     /// are cleaned up as DEL would (detached from the controller, port removed); running
-    /// pods are left exactly as they are. Returns the removed ports.
+    /// pods are left exactly as they are (and their ports remembered for `restore_ports`).
+    /// Returns the removed ports.
     pub async fn reclaim_orphans(&self) -> Vec<String> {
         let ports = match self.vsctl.pod_ports().await {
             Ok(p) => p,
@@ -643,7 +629,13 @@ impl PodManager {
         let mut removed = Vec::new();
         for p in ports {
             match self.nl.link(&p.name).await {
-                Ok(Some(_)) => continue,
+                Ok(Some(_)) => {
+                    // A running pod: its port is one `restore_ports` keeps on the bridge.
+                    if p.ofport.is_some() {
+                        self.known().insert(p.name.clone(), p);
+                    }
+                    continue;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     warn!(port = %p.name, error = %e, "cannot look up a pod port's link");
@@ -669,6 +661,7 @@ impl PodManager {
         removed
     }
 
+    /// GC: detach every flowmesh pod port whose (container id, ifname) is not in the valid list.
     async fn gc(&self, conf: &NetConf) -> Result<(), CniError> {
         let valid = conf.valid_attachments.clone().unwrap_or_default();
         let ports = self.vsctl.pod_ports().await.map_err(ovs_err)?;
