@@ -13,8 +13,8 @@
 //! whose whole step kept p99 under the target is then run for `--secs` (60) and reported,
 //! with the controller's CPU time from /proc/PID/stat (per operation and as cores).
 
-use super::arg_value;
 use super::attach::{attach_request, percentile, Cluster};
+use super::{arg_value, cpu_secs};
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,16 +71,6 @@ pub fn main(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(run(o))
-}
-
-/// CPU time (user + system, seconds) of process `pid`, from /proc/PID/stat (100 Hz ticks).
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / 100.0)
 }
 
 /// What one run at an offered rate measured.

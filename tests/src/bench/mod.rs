@@ -120,8 +120,29 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// Peak resident memory of this process in MiB (VmHWM), if readable.
 pub fn peak_rss_mib() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    status_file_mib("/proc/self/status", "VmHWM:")
+}
+
+/// A field of /proc/PID/status in MiB (`VmRSS:`, `VmHWM:`), if readable.
+pub fn status_mib(pid: u32, field: &str) -> Option<f64> {
+    status_file_mib(&format!("/proc/{pid}/status"), field)
+}
+
+fn status_file_mib(path: &str, field: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// User + system CPU time of process `pid` so far, seconds, from /proc/PID/stat (None once
+/// it is gone).
+pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = text.get(text.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    // /proc reports clock ticks of USER_HZ, which Linux fixes at 100 for user space.
+    Some((utime + stime) / 100.0)
 }

@@ -25,8 +25,8 @@
 //! phase, to tell where the time goes. The RSS of everything it started is watched; the run
 //! stops with an error above `--mem-budget-gib`.
 
-use super::arg_value;
 use super::attach::{controller_bin, free_port};
+use super::{arg_value, cpu_secs, status_mib};
 use crate::process::TrackedProcess;
 use crate::OvsSandbox;
 use proto::admin::admin_client::AdminClient;
@@ -133,25 +133,6 @@ pub fn main(args: &[String]) -> Result<(), String> {
 
 // ---------------------------------------------------------------------------------------------
 // /proc readings
-
-/// User + system CPU time of a process so far, seconds (None once it is gone).
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = text.get(text.rfind(')')? + 1..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    // /proc reports clock ticks of USER_HZ, which Linux fixes at 100 for user space.
-    Some((utime + stime) / 100.0)
-}
-
-/// A field of /proc/PID/status in MiB (VmRSS, VmHWM).
-fn status_mib(pid: u32, field: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with(field))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
 
 /// MemAvailable of the machine, GiB.
 fn mem_available_gib() -> Option<f64> {
