@@ -7,21 +7,61 @@ mod support;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use support::{free_port, send_signal};
+use support::send_signal;
 
-/// The controller with stderr (and stdout) to a pipe, started and listening.
-fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
-    let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let child = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+/// A controller whose stdout and stderr are pipes, read as they fill (a pipe nobody reads would
+/// block the process once full) into one shared text.
+struct Piped {
+    child: Child,
+    text: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Piped {
+    fn log(&self) -> String {
+        self.text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+fn drain(mut pipe: impl Read + Send + 'static, text: Arc<Mutex<String>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut t) = text.lock() {
+                t.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+    })
+}
+
+/// The gRPC address a start-up log announces: the plain "gRPC on A," line, or in JSON mode the
+/// "flowmesh-controller running" line's `grpc_addr` field.
+fn announced_grpc(log: &str) -> Option<SocketAddr> {
+    log.lines().find_map(|l| {
+        if let Some(rest) = l.strip_prefix("flowmesh-controller: gRPC on ") {
+            return rest.split(',').next()?.trim().parse().ok();
+        }
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        v["fields"]["grpc_addr"].as_str()?.parse().ok()
+    })
+}
+
+/// The controller with stderr (and stdout) to a pipe, started and listening. Every listener
+/// binds port 0 (no window in which another test could take a port chosen beforehand); the
+/// gRPC address comes from the start-up log. A process that exits first fails with its log.
+fn start(dir: &std::path::Path, extra: &[&str]) -> (Piped, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
         .arg("--data-dir")
         .arg(dir.join("data"))
-        .arg("--grpc-listen")
-        .arg(grpc.to_string())
-        .arg("--openflow-listen")
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--metrics-listen")
-        .arg(format!("127.0.0.1:{}", free_port()))
+        .args(["--grpc-listen", "127.0.0.1:0"])
+        .args(["--openflow-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(extra)
         .env_remove("NO_COLOR")
         .env_remove("RUST_LOG")
@@ -30,38 +70,64 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start flowmesh-controller");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = Arc::new(Mutex::new(String::new()));
+    let readers = vec![
+        drain(child.stderr.take().expect("stderr"), text.clone()),
+        drain(child.stdout.take().expect("stdout"), text.clone()),
+    ];
+    let mut p = Piped {
+        child,
+        text,
+        readers,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let grpc = loop {
+        if let Some(a) = announced_grpc(&p.log()) {
+            break a;
+        }
+        let exited = p.child.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            panic!("controller did not start ({exited:?}); log:\n{}", p.log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(grpc).is_err() {
-        assert!(Instant::now() < deadline, "controller did not listen");
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on the announced {grpc}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, grpc)
+    (p, grpc)
 }
 
 /// SIGTERM, then wait (at most `limit`) for the exit; (exit code, time to exit, stdout+stderr).
-fn terminate(mut child: Child, limit: Duration) -> (Option<i32>, Duration, String) {
+fn terminate(mut p: Piped, limit: Duration) -> (Option<i32>, Duration, String) {
     let t0 = Instant::now();
-    send_signal(child.id(), "TERM");
+    send_signal(p.child.id(), "TERM");
     let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
+        if let Some(st) = p.child.try_wait().expect("wait") {
             break st;
         }
         if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("flowmesh-controller still running {limit:?} after SIGTERM");
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            panic!(
+                "flowmesh-controller still running {limit:?} after SIGTERM; log:\n{}",
+                p.log()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     };
     let took = t0.elapsed();
-    let mut out = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
+    // The pipes close with the process: the readers end and the text is whole.
+    for r in p.readers.drain(..) {
+        let _ = r.join();
     }
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    (status.code(), took, out)
+    (status.code(), took, p.log())
 }
 
 #[test]
