@@ -1,6 +1,6 @@
 //! A real etcd v3 cluster on loopback (Debian's `etcd-server`, `/usr/bin/etcd`): members on
-//! random free ports, private data directories under the harness's run directory, each member
-//! a tracked child killed by PID on drop. Members can be killed and restarted one by one, to
+//! free ports chosen below the ephemeral range, private data directories under the harness's
+//! run directory, each member a tracked child killed by PID on drop. Members can be killed and restarted one by one, to
 //! take the cluster's quorum away and give it back.
 
 use crate::process::TrackedProcess;
@@ -17,11 +17,32 @@ pub fn etcd_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
 }
 
+/// A port etcd can listen on. etcd needs its ports before it starts (every member names the
+/// others'), so they are chosen here; below Linux's ephemeral range (32768 and up by default),
+/// where no outgoing connection of another test takes one in the meantime, starting from a
+/// point that differs per process and call, and free when checked.
 fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = LOW + seed.wrapping_add(n.wrapping_mul(7_919)) % SPAN;
+        let port = port as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(format!(
+        "no free port on 127.0.0.1 in {LOW}..{}",
+        LOW + SPAN
+    ))
 }
 
 struct Member {

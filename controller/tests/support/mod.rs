@@ -5,19 +5,11 @@
 use flowmesh_tests::{BridgeSpec, OvsSandbox};
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
-
-/// A free TCP port on 127.0.0.1 (bound and released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 /// A controller process (killed on drop).
 pub struct Controller {
