@@ -62,7 +62,7 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         std::thread::spawn(move || {
             Command::new("ip")
                 .args([
-                    "netns", "exec", &ns, "ping", "-n", "-q", "-i", "0.02", "-c", "250", "-W", "1",
+                    "netns", "exec", &ns, "ping", "-n", "-O", "-i", "0.02", "-c", "250", "-W", "1",
                     &dst,
                 ])
                 .output()
@@ -104,9 +104,19 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
     assert_eq!(iface(&c, 2, &b.host_veth).as_deref(), Some(b_port.as_str()));
     let out = ping.join().expect("ping thread").expect("ping");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // Which requests went unanswered (-O prints them), to tell a lost flow (a run of them)
+    // from one packet.
+    let unanswered: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("no answer yet"))
+        .collect();
     assert!(
         text.contains("250 packets transmitted, 250 received"),
-        "pings lost across the shim restart: {text}"
+        "pings lost across the shim restart: {unanswered:?}\n{}\nshim log:\n{}",
+        text.lines()
+            .find(|l| l.contains("packets transmitted"))
+            .unwrap_or_default(),
+        std::fs::read_to_string(&c.shims[1].log).unwrap_or_default()
     );
 
     // vxlan0 and tun0 deleted behind the restarted shim's back come back (same OpenFlow
