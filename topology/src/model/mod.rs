@@ -567,6 +567,8 @@ impl ClusterModel {
     /// every node (each switch takes the change as one bundle).
     pub fn update_config(&mut self, new: ClusterNetworkConfig) -> Result<Affected, ModelError> {
         self.config.check_change(&new, self.nodes.len())?;
+        // Decided before the mode change, which writes the new mode into the config itself.
+        let changed = new != self.config;
         if new.mode != self.config.mode {
             self.change_mode(new.mode)?;
         }
@@ -575,7 +577,7 @@ impl ClusterModel {
         } else {
             self.subnets.extend_ranges(&new.cluster_networks);
         }
-        if new == self.config {
+        if !changed {
             return Ok(Affected::none());
         }
         self.config = new;

@@ -247,3 +247,46 @@ fn config_change_refused_when_running() {
     c.mtu = 1400;
     assert!(m.update_config(c).expect("mtu").all_nodes);
 }
+
+/// A config change that changes only the mode affects every node, and a cached pipeline's
+/// result afterwards is the from-scratch one (subnet → multitenant isolates the namespaces).
+#[test]
+fn a_mode_only_change_affects_every_node() {
+    use crate::pipeline::{compute_node, Pipeline};
+    let mut m = ClusterModel::new(config(Mode::Subnet)).expect("model");
+    m.add_node("a", Ipv4Addr::new(192, 168, 0, 1), 1)
+        .expect("a");
+    m.add_node("b", Ipv4Addr::new(192, 168, 0, 2), 2)
+        .expect("b");
+    m.add_namespace("x").expect("x");
+    m.add_namespace("y").expect("y");
+    m.add_pod(attach("x", "p", "a", 3)).expect("p");
+    m.add_pod(attach("y", "q", "b", 3)).expect("q");
+    let mut p = Pipeline::new();
+    let before = p.recompute(&m, &Affected::all()).expect("flows");
+    let epoch = m.config_epoch();
+    let aff = m
+        .update_config(config(Mode::Multitenant))
+        .expect("mode change");
+    assert!(aff.all_nodes, "a mode change must reprogram every node");
+    assert!(m.config_epoch() > epoch);
+    assert_eq!(m.config().mode, Mode::Multitenant);
+    let after = p.recompute(&m, &aff).expect("flows");
+    for n in ["a", "b"] {
+        let fresh = compute_node(&m, n).expect("fresh");
+        assert!(
+            after[n].iter().eq(fresh.iter()),
+            "node {n}: cached result differs from a fresh compute"
+        );
+        assert!(
+            !before[n].iter().eq(after[n].iter()),
+            "node {n}: flows unchanged by the mode change"
+        );
+    }
+    // The same config again changes nothing.
+    assert!(
+        !m.update_config(config(Mode::Multitenant))
+            .expect("same")
+            .all_nodes
+    );
+}
