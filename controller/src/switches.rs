@@ -6,7 +6,9 @@ use crate::link::{LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState};
 use ofproto::message::FlowStatsRequest;
 use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, SwitchHandle};
 use ofproto::Message;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How many switches the controller reads whole (flow stats) or programs (a bundle) at once.
 /// After a mass reconnect (every ovs-vswitchd of a rack restarted, a controller restart) every
@@ -15,6 +17,17 @@ use std::sync::Arc;
 /// longer than the echo timeout, and sessions are dropped and restarted without end. A few
 /// dozen at a time keeps each bundle short while still overlapping network and switch time.
 pub const MAX_CONCURRENT_SYNCS: usize = 32;
+
+/// How long a whole-table read may hold its turn once it has one. A switch that answers echoes
+/// but not the read would otherwise keep the turn for as long as it stays connected (32 such
+/// connections would stall every read and bundle of the controller).
+pub const READ_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a bundle may hold its turn: [`READ_DEADLINE`] plus a millisecond per change (Open
+/// vSwitch takes well under that per flow; 100,000 changes get 160 s).
+pub fn bundle_deadline(changes: usize) -> Duration {
+    READ_DEADLINE + Duration::from_millis(changes as u64)
+}
 
 /// First come, first served admission of whole-table reads and bundles across every switch
 /// session, so a mass reconnect completes in arrival order and no switch starves.
@@ -30,6 +43,13 @@ impl SyncLimiter {
     /// Waits for a turn (FIFO); the turn ends when the permit is dropped.
     pub async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.0.clone().acquire_owned().await.ok()
+    }
+
+    /// Runs `work` in a turn (waiting for one is not counted), for at most `deadline`: None
+    /// when it did not finish in time. The turn is given back either way.
+    pub async fn run<T>(&self, deadline: Duration, work: impl Future<Output = T>) -> Option<T> {
+        let _turn = self.turn().await;
+        tokio::time::timeout(deadline, work).await.ok()
     }
 
     /// Turns free right now.
@@ -62,6 +82,19 @@ fn request_error(e: RequestError) -> LinkError {
     }
 }
 
+impl SessionLink {
+    /// The switch did not finish `what` within `deadline`: the connection is closed (an
+    /// unfinished bundle dies with it; the switch reconnects and is read afresh).
+    async fn stalled(&self, what: &str, deadline: Duration) -> LinkError {
+        tracing::warn!(peer = %self.peer, what, deadline_s = deadline.as_secs(), "switch did not finish in time; closing its connection");
+        self.handle.close().await;
+        LinkError::Disconnected(format!(
+            "no answer to {what} within {}s; connection closed",
+            deadline.as_secs()
+        ))
+    }
+}
+
 impl SwitchLink for SessionLink {
     fn peer(&self) -> String {
         self.peer.clone()
@@ -90,14 +123,19 @@ impl SwitchLink for SessionLink {
 
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         Box::pin(async move {
-            let _turn = self.limiter.turn().await;
-            let flows = self
-                .handle
-                .flow_stats(FlowStatsRequest::all())
-                .await
-                .map_err(request_error)?;
-            let groups = self.handle.group_desc().await.map_err(request_error)?;
-            Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
+            let read = async {
+                let flows = self
+                    .handle
+                    .flow_stats(FlowStatsRequest::all())
+                    .await
+                    .map_err(request_error)?;
+                let groups = self.handle.group_desc().await.map_err(request_error)?;
+                Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
+            };
+            match self.limiter.run(READ_DEADLINE, read).await {
+                Some(r) => r,
+                None => Err(self.stalled("the whole-table read", READ_DEADLINE).await),
+            }
         })
     }
 
@@ -124,8 +162,16 @@ impl SwitchLink for SessionLink {
                     SwitchChange::Group(gm) => Message::GroupMod(gm),
                 })
                 .collect();
-            let _turn = self.limiter.turn().await;
-            match self.handle.send_bundle(messages).await {
+            let deadline = bundle_deadline(messages.len());
+            let sent = match self
+                .limiter
+                .run(deadline, self.handle.send_bundle(messages))
+                .await
+            {
+                Some(r) => r,
+                None => return Err(self.stalled("the bundle", deadline).await),
+            };
+            match sent {
                 Ok(()) => Ok(()),
                 Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
                 Err(BundleError::Refused {
@@ -236,5 +282,24 @@ mod tests {
         assert_eq!(*order.lock().expect("lock"), vec![0, 1, 2]);
         assert_eq!(l.available(), 2);
         assert_eq!(SyncLimiter::new(0).available(), 1);
+    }
+
+    #[tokio::test]
+    async fn work_past_its_deadline_gives_its_turn_back() {
+        let l = SyncLimiter::new(1);
+        let t0 = tokio::time::Instant::now();
+        let r = l
+            .run(
+                Duration::from_millis(50),
+                std::future::pending::<Result<(), ()>>(),
+            )
+            .await;
+        assert!(r.is_none(), "a switch that never answers is given up on");
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert_eq!(l.available(), 1, "the turn is back");
+        // The next switch gets its turn at once, and finished work is returned.
+        assert_eq!(l.run(Duration::from_secs(5), async { 7 }).await, Some(7));
+        assert_eq!(bundle_deadline(0), READ_DEADLINE);
+        assert_eq!(bundle_deadline(100_000), Duration::from_secs(160));
     }
 }
