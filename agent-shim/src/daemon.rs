@@ -14,7 +14,7 @@ use crate::netlink::{Netlink, NetlinkError};
 use crate::node::{ensure_node, BridgeSpec, NodeSettings, SetupError};
 use crate::nodeapi::{NodeApi, NodeApiError};
 use crate::ovs::Vsctl;
-use crate::pod::PodManager;
+use crate::pod::{PodManager, RestoreOutcome};
 use crate::protocol::DEFAULT_SOCKET;
 use crate::server::{self, SocketError};
 
@@ -309,7 +309,14 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
                 match pods.restore_ports().await {
                     Ok(done) => {
                         for d in done {
-                            warn!(port = %d, "pod port repaired (vanished from the bridge behind the shim's back)");
+                            match d {
+                                RestoreOutcome::Done(d) => {
+                                    warn!(port = %d, "pod port repaired (vanished from the bridge behind the shim's back)")
+                                }
+                                RestoreOutcome::Failed(e) => {
+                                    warn!(error = %e, "pod port repair failed; retrying at the next check")
+                                }
+                            }
                         }
                     }
                     Err(e) => {

@@ -203,6 +203,23 @@ pub fn owned_ips(listing: &str) -> BTreeSet<Ipv4Addr> {
         .collect()
 }
 
+/// Removes from the host every egress IP the shim holds (the `egress-ips` set of its table),
+/// leaving the table itself; for `flowmesh-shim --uninstall`, before the table goes (it is the
+/// only record of which /32s are the shim's). Returns the addresses released.
+pub async fn release_all(nl: &Netlink) -> Result<Vec<String>, EgressError> {
+    let Some(listing) = nft::current_table(TABLE).await? else {
+        return Ok(Vec::new());
+    };
+    let owned = owned_ips(&listing);
+    let mut released = Vec::new();
+    for (idx, n) in nl.all_ipv4_addrs().await? {
+        if n.prefix() == 32 && owned.contains(&n.addr()) && nl.del_addr(idx, n).await? {
+            released.push(format!("egress IP {}", n.addr()));
+        }
+    }
+    Ok(released)
+}
+
 /// The host side of egress IPs for one node.
 #[derive(Debug, Clone)]
 pub struct HostEgress {

@@ -423,8 +423,8 @@ pub async fn ensure_node(
 }
 
 /// `flowmesh-shim --uninstall`: remove what the shim set up on the node — br0 with its ports
-/// (vxlan0, tun0 and its routes, pod ports and the host ends of their veths), the nftables
-/// tables, the NetworkManager file. Returns what was removed.
+/// (vxlan0, tun0 and its routes, pod ports and the host ends of their veths), the egress IPs it
+/// holds, the nftables tables, the NetworkManager file. Returns what was removed.
 pub async fn uninstall(
     vsctl: &Vsctl,
     nl: &Netlink,
@@ -441,6 +441,14 @@ pub async fn uninstall(
     if observe_ovs(vsctl, bridge).await?.bridge.is_some() {
         vsctl.run(&["--if-exists", "del-br", bridge]).await?;
         removed.push(format!("bridge {bridge}"));
+    }
+    // Egress IPs the node still holds would keep answering ARP for addresses the controller
+    // moves elsewhere; the egress table is the record of which they are, so they go first.
+    match crate::egress::release_all(nl).await {
+        Ok(ips) => removed.extend(ips),
+        Err(crate::egress::EgressError::Netlink(e)) => return Err(e.into()),
+        Err(crate::egress::EgressError::Nft(e)) => return Err(e.into()),
+        Err(e) => tracing::warn!(error = %e, "egress IPs not released"),
     }
     for table in [nft::TABLE, crate::egress::TABLE] {
         if nft::delete_table(table).await? {

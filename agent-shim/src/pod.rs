@@ -62,6 +62,15 @@ struct PodIfConfig {
     routes: Vec<(Ipv4Net, Option<Ipv4Addr>)>,
 }
 
+/// What [`PodManager::restore_ports`] did with one vanished pod port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreOutcome {
+    /// Put back or cleaned up, as the line says.
+    Done(String),
+    /// Could not be handled this time (retried at the next check): port and error.
+    Failed(String),
+}
+
 /// Does pod work for the CNI server; one per shim.
 #[derive(Debug)]
 pub struct PodManager {
@@ -105,64 +114,85 @@ impl PodManager {
     /// ports that vanished from OVS while their pod still runs (br0 deleted and recreated
     /// behind the shim's back): the controller's flows for them apply again unchanged. A
     /// vanished port whose veth is gone too is a pod that went away: it is cleaned up as DEL
-    /// would. Returns what was done, one line each.
-    pub async fn restore_ports(&self) -> Result<Vec<String>, CniError> {
+    /// would (detached from the controller by the identity remembered for it). Each port is
+    /// handled on its own: one that fails does not hold the others back. Returns what was
+    /// done and what failed, one line each; Err only when OVS could not be listed.
+    pub async fn restore_ports(&self) -> Result<Vec<RestoreOutcome>, CniError> {
         let snapshot: Vec<PodPort> = self.known().values().cloned().collect();
         if snapshot.is_empty() {
             return Ok(Vec::new());
         }
-        let present: BTreeMap<String, Option<u32>> = self
+        let present = self.present_ports().await?;
+        let mut done = Vec::new();
+        for p in snapshot {
+            if present.contains_key(&p.name) {
+                continue;
+            }
+            match self.restore_port(&p).await {
+                Ok(Some(line)) => done.push(RestoreOutcome::Done(line)),
+                Ok(None) => {}
+                Err(e) => done.push(RestoreOutcome::Failed(format!(
+                    "{}: {} {}",
+                    p.name, e.msg, e.details
+                ))),
+            }
+        }
+        Ok(done)
+    }
+
+    async fn present_ports(&self) -> Result<BTreeMap<String, Option<u32>>, CniError> {
+        Ok(self
             .vsctl
             .pod_ports()
             .await
             .map_err(ovs_err)?
             .into_iter()
             .map(|p| (p.name, p.ofport))
-            .collect();
-        let mut done = Vec::new();
-        for p in snapshot {
-            if present.contains_key(&p.name) {
-                continue;
-            }
-            let (Some(cid), Some(ifname), Some(ofport)) = (
-                p.external_ids.get(ext::SANDBOX),
-                p.external_ids.get(ext::IFNAME),
-                p.ofport,
-            ) else {
-                continue;
-            };
-            let lock = self.pod_lock(cid);
-            let _g = lock.lock().await;
-            // A DEL or GC may have run since the snapshot.
-            if !self.known().contains_key(&p.name) {
-                continue;
-            }
-            if self.nl.link(&p.name).await.map_err(nl_err)?.is_none() {
-                info!(container = %cid, port = %p.name, "a vanished pod port's pod is gone too: cleaning up");
-                self.del(cid, ifname, &BTreeMap::new()).await?;
-                done.push(format!("removed {}", p.name));
-                continue;
-            }
-            let ids: Vec<(&str, &str)> = p
-                .external_ids
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            self.vsctl
-                .add_port_with_ids(&self.bridge, &p.name, &ids, Some(ofport))
-                .await
-                .map_err(ovs_err)?;
-            let got = self
-                .vsctl
-                .wait_ofport(&p.name, OFPORT_TIMEOUT)
-                .await
-                .map_err(ovs_err)?;
-            if got != ofport {
-                warn!(port = %p.name, want = ofport, got, "a restored pod port got another OpenFlow port: its pod needs re-creating");
-            }
-            done.push(format!("restored {} (ofport {got})", p.name));
+            .collect())
+    }
+
+    /// One vanished port of [`PodManager::restore_ports`], under its container's lock.
+    async fn restore_port(&self, p: &PodPort) -> Result<Option<String>, CniError> {
+        let (Some(cid), Some(ifname), Some(ofport)) = (
+            p.external_ids.get(ext::SANDBOX),
+            p.external_ids.get(ext::IFNAME),
+            p.ofport,
+        ) else {
+            return Ok(None);
+        };
+        let lock = self.pod_lock(cid);
+        let _g = lock.lock().await;
+        // A DEL, GC or a new ADD of the same container may have run since the snapshot: act
+        // only on the very port remembered then, and only if it is still missing.
+        if self.known().get(&p.name) != Some(p) {
+            return Ok(None);
         }
-        Ok(done)
+        if self.present_ports().await?.contains_key(&p.name) {
+            return Ok(None);
+        }
+        if self.nl.link(&p.name).await.map_err(nl_err)?.is_none() {
+            info!(container = %cid, port = %p.name, "a vanished pod port's pod is gone too: cleaning up");
+            self.del(cid, ifname, &BTreeMap::new()).await?;
+            return Ok(Some(format!("removed {}", p.name)));
+        }
+        let ids: Vec<(&str, &str)> = p
+            .external_ids
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.vsctl
+            .add_port_with_ids(&self.bridge, &p.name, &ids, Some(ofport))
+            .await
+            .map_err(ovs_err)?;
+        let got = self
+            .vsctl
+            .wait_ofport(&p.name, OFPORT_TIMEOUT)
+            .await
+            .map_err(ovs_err)?;
+        if got != ofport {
+            warn!(port = %p.name, want = ofport, got, "a restored pod port got another OpenFlow port: its pod needs re-creating");
+        }
+        Ok(Some(format!("restored {} (ofport {got})", p.name)))
     }
 
     /// The lock that serializes operations on one container.
@@ -505,7 +535,16 @@ impl PodManager {
                     ids.get(ext::POD_NAME)?.clone(),
                 ))
             })
-            .or_else(|| Self::pod_identity(args));
+            .or_else(|| Self::pod_identity(args))
+            .or_else(|| {
+                // The port is gone from OVS (br0 recreated): the identity remembered for it.
+                let known = self.known();
+                let ids = &known.get(&host)?.external_ids;
+                Some((
+                    ids.get(ext::POD_NAMESPACE)?.clone(),
+                    ids.get(ext::POD_NAME)?.clone(),
+                ))
+            });
         let detach = match identity {
             Some((namespace, name)) => self
                 .api

@@ -532,6 +532,18 @@ fn automatic_failover_moves_the_ip_without_leaking() {
             .all(|a| a.seq == 0 || !l.node_ips.contains(&a.src)),
         "a probe came from a node address"
     );
+
+    // node3 taken out of the cluster (its shim stopped, then `flowmesh-shim --uninstall`):
+    // the egress IP it held goes with it, not just the table that recorded it.
+    l.c.lab.stop_process(l.c.shims[2].pid);
+    let removed = flowmesh_tests::cni::shim_uninstall(&l.c.lab, 3, &l.c.ctl.shim_options())
+        .expect("uninstall node3");
+    println!("uninstall node3: {removed:?}");
+    assert!(removed.contains(&format!("egress IP {eip}")), "{removed:?}");
+    assert!(
+        !l.holds(3, eip),
+        "node3 still holds {eip} after --uninstall"
+    );
 }
 
 #[test]

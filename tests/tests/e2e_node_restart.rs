@@ -154,7 +154,25 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
 
     // br0 itself deleted behind the shim's back (its pod ports and the OpenFlow connection
     // go with it): the shim recreates it and puts the running pod's port back at the same
-    // OpenFlow port, the controller resyncs the new bridge, and traffic resumes.
+    // OpenFlow port, the controller resyncs the new bridge, and traffic resumes. Another pod
+    // of the node went away just before (namespace deleted, no CNI DEL): its port is not put
+    // back, and the pod is detached from the controller by the identity the shim remembered.
+    let gone2 = c.add_cni_pod(2, "shop", "gone-d");
+    let node2_ns = c.lab.node(2).expect("node2").ns().to_owned();
+    let out = Command::new("ip")
+        .args(["netns", "del", &gone2.ns])
+        .output()
+        .expect("ip netns del");
+    assert!(out.status.success());
+    let t = Instant::now();
+    while c
+        .lab
+        .run_in(&node2_ns, "ip", &["link", "show", &gone2.host_veth])
+        .is_ok()
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "gone-d's veth stays");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let b_ofport = b_port.rsplit(',').next().expect("ofport").to_string();
     ovs2.vsctl(["del-br", "br0"]).expect("del-br");
     let t = Instant::now();
@@ -186,6 +204,17 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         t.elapsed().as_millis()
     );
     c.wait_all_synced("switches after br0 was recreated");
+    let t = Instant::now();
+    while c.ctl(&["get", "pods", "-n", "shop"]).contains("gone-d") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "gone-d is still attached: {}\n{}",
+            c.ctl(&["get", "pods", "-n", "shop"]),
+            flowmesh_tests::cni::log_tail(&c.shims[1].log, 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(iface(&c, 2, &gone2.host_veth), None);
 
     // The controller restarts: every shim re-registers within about a second of it answering
     // again, and a pod can be added right after.
