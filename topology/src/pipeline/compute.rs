@@ -91,6 +91,8 @@ pub struct Pipeline {
     /// Table 80's flow of each NETID (multitenant), one run each, shared by every node with a
     /// pod of it: a flow independent of the node.
     netid_runs: HashMap<u32, SharedRun>,
+    /// How many runs the last sweep of `netid_runs` kept.
+    netid_runs_kept: usize,
 }
 
 impl Pipeline {
@@ -246,6 +248,12 @@ impl Pipeline {
             return Ok(r.clone());
         }
         let r: SharedRun = Arc::from([netid_flow(netid)?]);
+        if self.netid_runs.len() >= 2 * self.netid_runs_kept.max(64) {
+            // Runs no node's FlowSet uses any more (namespaces come and go): dropped once the
+            // map has doubled since the last sweep, so the sweep costs O(1) per insert.
+            self.netid_runs.retain(|_, r| Arc::strong_count(r) > 1);
+            self.netid_runs_kept = self.netid_runs.len();
+        }
         self.netid_runs.insert(netid, r.clone());
         Ok(r)
     }
@@ -379,5 +387,53 @@ impl Pipeline {
             c.local = c.local.compacted();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClusterNetworkConfig, Mode};
+    use crate::model::{Affected, PodAttach};
+    use std::net::Ipv4Addr;
+
+    /// Namespaces that come and go (CI projects) do not leave their NETID runs behind.
+    #[test]
+    fn netid_runs_of_gone_namespaces_are_dropped() {
+        let cfg = ClusterNetworkConfig::new(
+            "10.128.0.0/14".parse().expect("cidr"),
+            23,
+            "172.30.0.0/16".parse().expect("cidr"),
+            Mode::Multitenant,
+        );
+        let mut m = ClusterModel::new(cfg).expect("model");
+        m.add_node("a", Ipv4Addr::new(192, 168, 0, 1), 1)
+            .expect("a");
+        let mut p = Pipeline::new();
+        let mut most = 0;
+        for i in 0..1_000 {
+            let ns = format!("ci-{i}");
+            m.add_namespace(&ns).expect("ns");
+            m.add_pod(PodAttach {
+                namespace: &ns,
+                name: "job",
+                node: "a",
+                port_name: "job",
+                ofport: 3,
+            })
+            .expect("pod");
+            p.recompute(&m, &Affected::all()).expect("flows");
+            m.delete_pod(&ns, "job").expect("del pod");
+            m.delete_namespace(&ns).expect("del ns");
+            p.recompute(&m, &Affected::all()).expect("flows");
+            most = most.max(p.netid_runs.len());
+        }
+        assert!(
+            most <= 128,
+            "{most} NETID runs kept for 1 live namespace at a time"
+        );
+        let fresh = compute_node(&m, "a").expect("fresh");
+        let cached = p.node_flows(&m, "a").expect("cached");
+        assert!(cached.iter().eq(fresh.iter()));
     }
 }
