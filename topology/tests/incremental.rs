@@ -8,8 +8,8 @@ use ofproto::{Action, Bucket, Flow, Group, GroupType, Match};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use topology::model::PodAttach;
-use topology::{compute_node, ClusterModel, FlowSet, Pipeline};
+use topology::model::{Affected, PodAttach};
+use topology::{compute_node, ClusterModel, FlowSet, Mode, Pipeline};
 
 #[derive(Clone, Debug)]
 enum Mutation {
@@ -22,6 +22,10 @@ enum Mutation {
     DeletePod(usize),
     PodPort(usize, u32),
     NetId(Op),
+    /// The cluster's mode (0 subnet, 1 multitenant, 2 networkpolicy).
+    SetMode(u8),
+    /// The overlay MTU.
+    Mtu(u16),
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -35,10 +39,13 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (0..10usize).prop_map(Mutation::DeletePod),
         (0..10usize, 3..60u32).prop_map(|(a, b)| Mutation::PodPort(a, b)),
         op().prop_map(Mutation::NetId),
+        (0..3u8).prop_map(Mutation::SetMode),
+        (1300..1500u16).prop_map(Mutation::Mtu),
     ]
 }
 
-fn mutate(m: &mut ClusterModel, x: &Mutation, counter: &mut usize) {
+/// Applies `x`; what the model says it affected (nothing when it refused).
+fn mutate(m: &mut ClusterModel, x: &Mutation, counter: &mut usize) -> Affected {
     *counter += 1;
     let c = *counter;
     let nodes: Vec<String> = m.nodes().map(|n| n.name.clone()).collect();
@@ -48,26 +55,22 @@ fn mutate(m: &mut ClusterModel, x: &Mutation, counter: &mut usize) {
         .map(|p| (p.key.namespace.clone(), p.key.name.clone()))
         .collect();
     // Errors (unknown objects, ports in use, ...) are fine: the model refuses and is unchanged.
-    let _ = match x {
+    let r = match x {
         Mutation::AddNode => m
             .add_node(
                 &format!("n{c}"),
                 Ipv4Addr::new(192, 168, 2, c as u8),
                 1000 + c as u64,
             )
-            .map(|_| ()),
-        Mutation::DeleteNode(i) if !nodes.is_empty() => {
-            m.delete_node(&nodes[i % nodes.len()]).map(|_| ())
-        }
+            .map(|(_, a)| a),
+        Mutation::DeleteNode(i) if !nodes.is_empty() => m.delete_node(&nodes[i % nodes.len()]),
         Mutation::NodeIp(i, b) if !nodes.is_empty() => {
             let n = m.node(&nodes[i % nodes.len()]).expect("node").clone();
             m.add_node(&n.name, Ipv4Addr::new(192, 168, 3, *b), n.dpid)
-                .map(|_| ())
+                .map(|(_, a)| a)
         }
-        Mutation::AddNamespace => m.add_namespace(&format!("x{c}")).map(|_| ()),
-        Mutation::DeleteNamespace(i) if !nss.is_empty() => {
-            m.delete_namespace(&nss[i % nss.len()]).map(|_| ())
-        }
+        Mutation::AddNamespace => m.add_namespace(&format!("x{c}")).map(|(_, a)| a),
+        Mutation::DeleteNamespace(i) if !nss.is_empty() => m.delete_namespace(&nss[i % nss.len()]),
         Mutation::AddPod(ns, node) if !nss.is_empty() && !nodes.is_empty() => m
             .add_pod(PodAttach {
                 namespace: &nss[ns % nss.len()],
@@ -76,26 +79,37 @@ fn mutate(m: &mut ClusterModel, x: &Mutation, counter: &mut usize) {
                 port_name: &format!("v{c}"),
                 ofport: 100 + c as u32,
             })
-            .map(|_| ()),
+            .map(|(_, a)| a),
         Mutation::DeletePod(i) if !pods.is_empty() => {
             let (ns, n) = &pods[i % pods.len()];
-            m.delete_pod(ns, n).map(|_| ())
+            m.delete_pod(ns, n)
         }
         Mutation::PodPort(i, port) if !pods.is_empty() => {
             let (ns, n) = &pods[i % pods.len()];
-            m.set_pod_port(ns, n, "renamed", *port).map(|_| ())
+            m.set_pod_port(ns, n, "renamed", *port)
         }
         Mutation::NetId(o) if !nss.is_empty() => {
             let names = nss.clone();
             let pick = |i: &usize| names[i % names.len()].clone();
             match o {
-                Op::Join(a, b) => m.join(&[&pick(a)], &pick(b)).map(|_| ()),
-                Op::Global(a) => m.make_global(&pick(a)).map(|_| ()),
-                Op::Isolate(a) => m.isolate(&pick(a)).map(|_| ()),
+                Op::Join(a, b) => m.join(&[&pick(a)], &pick(b)),
+                Op::Global(a) => m.make_global(&pick(a)),
+                Op::Isolate(a) => m.isolate(&pick(a)),
             }
         }
-        _ => Ok(()),
+        Mutation::SetMode(k) => {
+            let mut cfg = m.config().clone();
+            cfg.mode = [Mode::Subnet, Mode::Multitenant, Mode::Networkpolicy][*k as usize % 3];
+            m.update_config(cfg)
+        }
+        Mutation::Mtu(mtu) => {
+            let mut cfg = m.config().clone();
+            cfg.mtu = u32::from(*mtu);
+            m.update_config(cfg)
+        }
+        _ => Ok(Affected::none()),
     };
+    r.unwrap_or_else(|_| Affected::none())
 }
 
 fn full(m: &ClusterModel) -> BTreeMap<String, FlowSet> {
@@ -129,6 +143,33 @@ proptest! {
                 prop_assert!(FlowSet::diff(&got, w).is_empty());
             }
             prev = want;
+        }
+    }
+
+    /// As the controller runs it: after each mutation only the nodes the model says it
+    /// affected are recomputed (one cache kept across the whole sequence), and every node's
+    /// last FlowSet still equals a fresh compute: a change that leaves a node out of its
+    /// `Affected` although its flows change fails here.
+    #[test]
+    fn affected_nodes_are_all_that_change(s in spec(), muts in prop::collection::vec(mutation(), 1..16)) {
+        let mut m = build(&s);
+        let mut p = Pipeline::new();
+        let mut current = p.recompute(&m, &Affected::all()).expect("flows");
+        let mut counter = 0;
+        for x in &muts {
+            let affected = mutate(&mut m, x, &mut counter);
+            for (node, fs) in p.recompute(&m, &affected).expect("flows") {
+                current.insert(node, fs);
+            }
+            current.retain(|n, _| m.node(n).is_some());
+            let want = full(&m);
+            for (node, w) in &want {
+                let got = current.get(node).cloned().unwrap_or_default();
+                prop_assert!(
+                    FlowSet::diff(&got, w).is_empty(),
+                    "node {} is stale after {:?} (affected: {:?})", node, x, affected
+                );
+            }
         }
     }
 }
