@@ -44,10 +44,21 @@ pub enum LinkError {
     Other(String),
 }
 
+/// A turn to read or program a switch whole, shared with every other switch (see
+/// `switches::SyncLimiter`); the turn ends when it is dropped.
+pub type SyncTurn = tokio::sync::OwnedSemaphorePermit;
+
 /// A connected switch as the reconciler sees it.
 pub trait SwitchLink: Send + Sync + 'static {
     /// The peer address, for logs and `get switches`.
     fn peer(&self) -> String;
+    /// Waits for a turn to read or program this switch whole: the caller holds it across
+    /// [`SwitchLink::read_state`] and [`SwitchLink::apply`] (and the diff and plan between
+    /// them, so that only switches with a turn hold a whole table or batch in memory). None:
+    /// this link takes no turns.
+    fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
+        Box::pin(async { None })
+    }
     /// Every flow (all tables) and group the switch holds.
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
     /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).

@@ -283,7 +283,12 @@ impl Reconciler {
                         "the switch of node {} is not connected",
                         self.status.node
                     ))),
-                    Some((_, _, link)) => match link.read_state().await {
+                    Some((_, _, link)) => match async {
+                        let _turn = link.turn().await;
+                        link.read_state().await
+                    }
+                    .await
+                    {
                         Ok((f, g)) => Ok(FlowSet::new(f, g)),
                         Err(e) => Err(ApiError::Unavailable(format!(
                             "reading the switch of node {}: {e}",
@@ -409,9 +414,12 @@ impl Reconciler {
             self.answer_disconnected(acks);
             return;
         };
-        let holds = match link.read_state().await {
-            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
-            Err(_) => false,
+        let holds = {
+            let _turn = link.turn().await;
+            match link.read_state().await {
+                Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+                Err(_) => false,
+            }
         };
         if holds {
             self.status.synced.store(true, Ordering::Relaxed);
@@ -481,17 +489,31 @@ impl Reconciler {
         }
     }
 
+    /// Brings the switch to the desired flows. A switch turn (see [`SwitchLink::turn`]) is
+    /// taken before the switch is read or a change planned, and held until the bundle is
+    /// acknowledged: switches waiting for theirs hold neither a read-back table nor a batch (a
+    /// mass reconnect of 1,000 switches otherwise held 1,000 batches at once). A sync that finds
+    /// nothing to change takes no turn.
     async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        let mut turn = None;
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
+                turn = Some(link.turn().await);
                 let (f, g) = link.read_state().await?;
                 FlowSet::new(f, g)
             }
         };
         // The diff phase: not the read-back above, which is the switch's time.
-        let t_diff = Instant::now();
-        let diff = FlowSet::diff(&installed, &self.desired);
+        let mut t_diff = Instant::now();
+        let mut diff = FlowSet::diff(&installed, &self.desired);
+        if !diff.is_empty() && turn.is_none() {
+            // Wait for the turn without the diff (it is redone after: the inputs are ours).
+            drop(diff);
+            turn = Some(link.turn().await);
+            t_diff = Instant::now();
+            diff = FlowSet::diff(&installed, &self.desired);
+        }
         if diff.is_empty() {
             self.status
                 .installed_flows
@@ -518,6 +540,7 @@ impl Reconciler {
         self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
         link.apply(batch).await?;
+        drop(turn);
         let took = t.elapsed();
         self.metrics.phase_switch.observe(took);
         tracing::debug!(node = %self.status.node, changes = n, micros = took.as_micros() as u64, "bundle acknowledged");

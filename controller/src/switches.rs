@@ -2,11 +2,10 @@
 //! switch through its [`SwitchHandle`].
 
 use crate::core::CoreHandle;
-use crate::link::{LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState};
+use crate::link::{LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState, SyncTurn};
 use ofproto::message::FlowStatsRequest;
 use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, SwitchHandle};
 use ofproto::Message;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,16 +17,12 @@ use std::time::Duration;
 /// dozen at a time keeps each bundle short while still overlapping network and switch time.
 pub const MAX_CONCURRENT_SYNCS: usize = 32;
 
-/// How long a whole-table read may hold its turn once it has one. A switch that answers echoes
-/// but not the read would otherwise keep the turn for as long as it stays connected (32 such
-/// connections would stall every read and bundle of the controller).
+/// How long a whole-table read may take; a bundle gets this plus a millisecond per change (Open
+/// vSwitch takes well under that per flow; 100,000 changes get 160 s). Past that the connection
+/// is closed: a switch that answers echoes but not the read would otherwise keep its turn for
+/// as long as it stays connected (32 such connections would stall every read and bundle of the
+/// controller).
 pub const READ_DEADLINE: Duration = Duration::from_secs(60);
-
-/// How long a bundle may hold its turn: [`READ_DEADLINE`] plus a millisecond per change (Open
-/// vSwitch takes well under that per flow; 100,000 changes get 160 s).
-pub fn bundle_deadline(changes: usize) -> Duration {
-    READ_DEADLINE + Duration::from_millis(changes as u64)
-}
 
 /// First come, first served admission of whole-table reads and bundles across every switch
 /// session, so a mass reconnect completes in arrival order and no switch starves.
@@ -43,13 +38,6 @@ impl SyncLimiter {
     /// Waits for a turn (FIFO); the turn ends when the permit is dropped.
     pub async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.0.clone().acquire_owned().await.ok()
-    }
-
-    /// Runs `work` in a turn (waiting for one is not counted), for at most `deadline`: None
-    /// when it did not finish in time. The turn is given back either way.
-    pub async fn run<T>(&self, deadline: Duration, work: impl Future<Output = T>) -> Option<T> {
-        let _turn = self.turn().await;
-        tokio::time::timeout(deadline, work).await.ok()
     }
 
     /// Turns free right now.
@@ -70,6 +58,8 @@ pub struct SessionLink {
     peer: String,
     /// Shared by every session of the listener.
     limiter: SyncLimiter,
+    /// How long a whole-table read may take ([`READ_DEADLINE`]).
+    read_deadline: Duration,
     /// With OpenFlow TLS: the node the switch's certificate names (None: it names no node).
     /// Without TLS: no binding.
     cert_node: Option<Option<String>>,
@@ -86,11 +76,10 @@ impl SessionLink {
     /// The switch did not finish `what` within `deadline`: the connection is closed (an
     /// unfinished bundle dies with it; the switch reconnects and is read afresh).
     async fn stalled(&self, what: &str, deadline: Duration) -> LinkError {
-        tracing::warn!(peer = %self.peer, what, deadline_s = deadline.as_secs(), "switch did not finish in time; closing its connection");
+        tracing::warn!(peer = %self.peer, what, ?deadline, "switch did not finish in time; closing its connection");
         self.handle.close().await;
         LinkError::Disconnected(format!(
-            "no answer to {what} within {}s; connection closed",
-            deadline.as_secs()
+            "no answer to {what} within {deadline:?}; connection closed"
         ))
     }
 }
@@ -121,6 +110,10 @@ impl SwitchLink for SessionLink {
         })
     }
 
+    fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
+        Box::pin(self.limiter.turn())
+    }
+
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         Box::pin(async move {
             let read = async {
@@ -132,9 +125,11 @@ impl SwitchLink for SessionLink {
                 let groups = self.handle.group_desc().await.map_err(request_error)?;
                 Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
             };
-            match self.limiter.run(READ_DEADLINE, read).await {
-                Some(r) => r,
-                None => Err(self.stalled("the whole-table read", READ_DEADLINE).await),
+            match tokio::time::timeout(self.read_deadline, read).await {
+                Ok(r) => r,
+                Err(_) => Err(self
+                    .stalled("the whole-table read", self.read_deadline)
+                    .await),
             }
         })
     }
@@ -162,14 +157,11 @@ impl SwitchLink for SessionLink {
                     SwitchChange::Group(gm) => Message::GroupMod(gm),
                 })
                 .collect();
-            let deadline = bundle_deadline(messages.len());
-            let sent = match self
-                .limiter
-                .run(deadline, self.handle.send_bundle(messages))
-                .await
+            let deadline = self.read_deadline + Duration::from_millis(messages.len() as u64);
+            let sent = match tokio::time::timeout(deadline, self.handle.send_bundle(messages)).await
             {
-                Some(r) => r,
-                None => return Err(self.stalled("the bundle", deadline).await),
+                Ok(r) => r,
+                Err(_) => return Err(self.stalled("the bundle", deadline).await),
             };
             match sent {
                 Ok(()) => Ok(()),
@@ -217,6 +209,7 @@ pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
                     handle,
                     peer,
                     limiter: limiter.clone(),
+                    read_deadline: READ_DEADLINE,
                     cert_node,
                 });
                 core.switch_up(conn, info.dpid, link);
@@ -284,22 +277,107 @@ mod tests {
         assert_eq!(SyncLimiter::new(0).available(), 1);
     }
 
+    /// A switch that completes the handshake and answers echoes and barriers but never a flow
+    /// statistics request (a hung or hostile peer).
+    async fn silent_on_flow_stats(mut io: tokio::io::DuplexStream) {
+        use ofproto::message::{
+            msg_type, Framer, Hello, MultipartReply, MultipartReplyBody, SwitchFeatures,
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut framer = Framer::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = io.write_all(&Message::Hello(Hello::of13()).encode(1)).await;
+        loop {
+            let n = match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            framer.push(buf.get(..n).unwrap_or_default());
+            let mut out = Vec::new();
+            while let Ok(Some(frame)) = framer.next_frame() {
+                let t = frame.get(1).copied().unwrap_or_default();
+                let xid = u32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                // OFPMP_FLOW is multipart type 1.
+                let flow_stats =
+                    t == msg_type::MULTIPART_REQUEST && frame.get(8..10) == Some(&[0, 1]);
+                let reply = match t {
+                    msg_type::FEATURES_REQUEST => Some(Message::FeaturesReply(SwitchFeatures {
+                        datapath_id: 9,
+                        n_buffers: 0,
+                        n_tables: 254,
+                        auxiliary_id: 0,
+                        capabilities: 0,
+                        reserved: 0,
+                    })),
+                    msg_type::MULTIPART_REQUEST if !flow_stats => Some(Message::MultipartReply(
+                        MultipartReply::new(MultipartReplyBody::PortDesc(Vec::new())),
+                    )),
+                    msg_type::BARRIER_REQUEST => Some(Message::BarrierReply),
+                    msg_type::ECHO_REQUEST => Some(Message::EchoReply(Vec::new())),
+                    _ => None,
+                };
+                if let Some(r) = reply {
+                    r.encode_into(xid, &mut out);
+                }
+            }
+            if !out.is_empty() && io.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    }
+
     #[tokio::test]
-    async fn work_past_its_deadline_gives_its_turn_back() {
-        let l = SyncLimiter::new(1);
-        let t0 = tokio::time::Instant::now();
-        let r = l
-            .run(
-                Duration::from_millis(50),
-                std::future::pending::<Result<(), ()>>(),
-            )
-            .await;
-        assert!(r.is_none(), "a switch that never answers is given up on");
-        assert!(t0.elapsed() >= Duration::from_millis(50));
-        assert_eq!(l.available(), 1, "the turn is back");
-        // The next switch gets its turn at once, and finished work is returned.
-        assert_eq!(l.run(Duration::from_secs(5), async { 7 }).await, Some(7));
-        assert_eq!(bundle_deadline(0), READ_DEADLINE);
-        assert_eq!(bundle_deadline(100_000), Duration::from_secs(160));
+    async fn a_read_past_its_deadline_closes_the_connection_and_frees_the_turn() {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(ofproto::session::run_session(
+            ours,
+            1,
+            "fake".into(),
+            ofproto::session::SessionConfig::default(),
+            tx,
+        ));
+        tokio::spawn(silent_on_flow_stats(theirs));
+        let handle = loop {
+            match rx.recv().await {
+                Some(SessionEvent::Ready { handle, .. }) => break handle,
+                Some(SessionEvent::Disconnected { cause, .. }) => panic!("disconnected: {cause}"),
+                Some(_) => {}
+                None => panic!("session ended"),
+            }
+        };
+        let limiter = SyncLimiter::new(1);
+        let link = SessionLink {
+            handle,
+            peer: "fake".into(),
+            limiter: limiter.clone(),
+            read_deadline: Duration::from_millis(200),
+            cert_node: None,
+        };
+        let turn = link.turn().await;
+        assert_eq!(limiter.available(), 0);
+        let t0 = std::time::Instant::now();
+        let err = link.read_state().await.expect_err("no flow stats answer");
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        assert!(
+            matches!(&err, LinkError::Disconnected(m) if m.contains("no answer to the whole-table read within 200ms")),
+            "{err}"
+        );
+        drop(turn);
+        assert_eq!(limiter.available(), 1, "the turn is free again");
+        // The connection is closed: the session ends.
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match rx.recv().await {
+                    Some(SessionEvent::Disconnected { .. }) | None => return,
+                    Some(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the stalled switch's session was not closed"
+        );
     }
 }
