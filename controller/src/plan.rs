@@ -8,27 +8,44 @@ use topology::FlowDiff;
 
 /// The batch for a diff. Modifies are sent as OFPFC_ADD of the whole flow: in OpenFlow 1.3 a
 /// MODIFY does not change the cookie, and the cookie is part of what flowmesh wants installed.
-pub fn plan(diff: &FlowDiff) -> Vec<SwitchChange> {
-    let mut out = Vec::with_capacity(diff.len());
-    for g in &diff.group_adds {
+pub fn plan(diff: FlowDiff) -> Vec<SwitchChange> {
+    // The diff is consumed: its flows and groups move into the batch (no second copy of a
+    // whole table while a switch is being programmed).
+    let FlowDiff {
+        adds,
+        modifies,
+        deletes,
+        group_adds,
+        group_modifies,
+        group_deletes,
+    } = diff;
+    let mut out = Vec::with_capacity(
+        adds.len()
+            + modifies.len()
+            + deletes.len()
+            + group_adds.len()
+            + group_modifies.len()
+            + group_deletes.len(),
+    );
+    for group in group_adds {
         out.push(SwitchChange::Group(GroupMod {
             command: GroupModCommand::Add,
-            group: g.clone(),
+            group,
         }));
     }
-    for g in &diff.group_modifies {
+    for group in group_modifies {
         out.push(SwitchChange::Group(GroupMod {
             command: GroupModCommand::Modify,
-            group: g.clone(),
+            group,
         }));
     }
-    for f in &diff.deletes {
-        out.push(SwitchChange::Flow(FlowMod::delete_strict(f.clone())));
+    for f in deletes {
+        out.push(SwitchChange::Flow(FlowMod::delete_strict(f)));
     }
-    for f in diff.adds.iter().chain(&diff.modifies) {
-        out.push(SwitchChange::Flow(FlowMod::add(f.clone())));
+    for f in adds.into_iter().chain(modifies) {
+        out.push(SwitchChange::Flow(FlowMod::add(f)));
     }
-    for g in &diff.group_deletes {
+    for g in group_deletes {
         // A delete names the group only, as `ovs-ofctl del-groups` sends it: Open vSwitch
         // refuses a GROUP_MOD delete that carries buckets (OFPGMFC_INVALID_GROUP).
         out.push(SwitchChange::Group(GroupMod {
@@ -63,7 +80,7 @@ mod tests {
             group_deletes: vec![g.clone()],
             ..Default::default()
         };
-        let p = plan(&d);
+        let p = plan(d.clone());
         assert!(matches!(
             &p[0],
             SwitchChange::Group(GroupMod {

@@ -535,7 +535,7 @@ impl Reconciler {
             group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
             "syncing switch"
         );
-        let batch = plan(&diff);
+        let batch = plan(diff);
         let n = batch.len() as u64;
         self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
