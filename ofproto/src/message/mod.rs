@@ -439,11 +439,6 @@ impl Framer {
         if self.start > 0 && self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
-            if self.buf.capacity() > 256 * 1024 {
-                // Everything consumed: a big reply's buffer is not kept for the life of the
-                // connection.
-                self.buf = Vec::new();
-            }
         } else if self.start > 64 * 1024 {
             self.buf.drain(..self.start);
             self.start = 0;

@@ -27,13 +27,6 @@ use super::error::DisconnectCause;
 use super::fsm::{Failure, FsmConfig, Output, SessionFsm};
 use super::handle::{Command, ConnId, ReplyTx, SessionEvent, SessionStats, SwitchHandle};
 
-/// Bytes asked of the socket per read.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// The write buffer's capacity while nothing is being sent; it grows for big batches and goes
-/// back to this once they are written.
-const IDLE_WRITE_CAPACITY: usize = 64 * 1024;
-
 /// Options of a session task.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -148,7 +141,7 @@ where
         events,
         cmd_tx,
         closed_tx,
-        wbuf: Vec::with_capacity(IDLE_WRITE_CAPACITY),
+        wbuf: Vec::with_capacity(64 * 1024),
         wpos: 0,
         jobs: VecDeque::new(),
         outputs: Vec::new(),
@@ -157,7 +150,7 @@ where
     };
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut framer = Framer::new();
-    let mut rbuf = vec![0u8; READ_CHUNK];
+    let mut rbuf = vec![0u8; 256 * 1024];
     let mut needs_flush = false;
     s.fsm.start(&mut s.outputs);
     s.apply_outputs();
@@ -192,12 +185,6 @@ where
                     if s.wpos == s.wbuf.len() {
                         s.wbuf.clear();
                         s.wpos = 0;
-                        if s.jobs.is_empty() && s.wbuf.capacity() > IDLE_WRITE_CAPACITY {
-                            // All written and nothing queued: a big table's buffer is not
-                            // kept for the life of the connection (1,000 switches would
-                            // each hold their last bundle's size).
-                            s.wbuf = Vec::with_capacity(IDLE_WRITE_CAPACITY);
-                        }
                     }
                 }
                 Err(e) => s.close_with(DisconnectCause::Io(e.to_string())),
