@@ -16,7 +16,7 @@
 
 use crate::error::ApiError;
 use crate::ha::{Leadership, Standing};
-use crate::link::{LinkError, SwitchLink};
+use crate::link::{LinkError, SwitchLink, SwitchState};
 use crate::metrics::Metrics;
 use crate::plan::plan;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -283,12 +283,7 @@ impl Reconciler {
                         "the switch of node {} is not connected",
                         self.status.node
                     ))),
-                    Some((_, _, link)) => match async {
-                        let _turn = link.turn().await;
-                        link.read_state().await
-                    }
-                    .await
-                    {
+                    Some((_, _, link)) => match read_in_turn(link.as_ref()).await {
                         Ok((f, g)) => Ok(FlowSet::new(f, g)),
                         Err(e) => Err(ApiError::Unavailable(format!(
                             "reading the switch of node {}: {e}",
@@ -414,12 +409,9 @@ impl Reconciler {
             self.answer_disconnected(acks);
             return;
         };
-        let holds = {
-            let _turn = link.turn().await;
-            match link.read_state().await {
-                Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
-                Err(_) => false,
-            }
+        let holds = match read_in_turn(link.as_ref()).await {
+            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+            Err(_) => false,
         };
         if holds {
             self.status.synced.store(true, Ordering::Relaxed);
@@ -552,6 +544,13 @@ impl Reconciler {
         self.installed = Some(self.desired.clone());
         Ok(())
     }
+}
+
+/// Reads the switch's whole table in a turn of its own (a read that leads to no bundle: a
+/// dump, a standby's check).
+async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
+    let _turn = link.turn().await;
+    link.read_state().await
 }
 
 #[cfg(test)]
