@@ -2,7 +2,7 @@
 //! undo step after each change and rolls back in reverse on any failure, so a failed ADD
 //! leaves nothing behind; DEL is idempotent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -122,10 +122,17 @@ impl PodManager {
         if snapshot.is_empty() {
             return Ok(Vec::new());
         }
-        let present = self.present_ports().await?;
+        let present: BTreeSet<String> = self
+            .vsctl
+            .pod_ports()
+            .await
+            .map_err(ovs_err)?
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
         let mut done = Vec::new();
         for p in snapshot {
-            if present.contains_key(&p.name) {
+            if present.contains(&p.name) {
                 continue;
             }
             match self.restore_port(&p).await {
@@ -138,17 +145,6 @@ impl PodManager {
             }
         }
         Ok(done)
-    }
-
-    async fn present_ports(&self) -> Result<BTreeMap<String, Option<u32>>, CniError> {
-        Ok(self
-            .vsctl
-            .pod_ports()
-            .await
-            .map_err(ovs_err)?
-            .into_iter()
-            .map(|p| (p.name, p.ofport))
-            .collect())
     }
 
     /// One vanished port of [`PodManager::restore_ports`], under its container's lock.
@@ -167,7 +163,13 @@ impl PodManager {
         if self.known().get(&p.name) != Some(p) {
             return Ok(None);
         }
-        if self.present_ports().await?.contains_key(&p.name) {
+        if self
+            .vsctl
+            .find("Interface", &p.name, &["name"])
+            .await
+            .map_err(ovs_err)?
+            .is_some()
+        {
             return Ok(None);
         }
         if self.nl.link(&p.name).await.map_err(nl_err)?.is_none() {
