@@ -211,10 +211,25 @@ pub async fn release_all(nl: &Netlink) -> Result<Vec<String>, EgressError> {
         return Ok(Vec::new());
     };
     let owned = owned_ips(&listing);
+    let addrs = nl.all_ipv4_addrs().await?;
+    let released = release(nl, &addrs, &owned).await?;
+    Ok(released
+        .iter()
+        .map(|ip| format!("egress IP {ip}"))
+        .collect())
+}
+
+/// Removes from the host (whose addresses are `addrs`) the /32s of `ips`; returns the ones
+/// removed.
+async fn release(
+    nl: &Netlink,
+    addrs: &[(u32, Ipv4Net)],
+    ips: &BTreeSet<Ipv4Addr>,
+) -> Result<Vec<Ipv4Addr>, NetlinkError> {
     let mut released = Vec::new();
-    for (idx, n) in nl.all_ipv4_addrs().await? {
-        if n.prefix() == 32 && owned.contains(&n.addr()) && nl.del_addr(idx, n).await? {
-            released.push(format!("egress IP {}", n.addr()));
+    for (idx, n) in addrs {
+        if n.prefix() == 32 && ips.contains(&n.addr()) && nl.del_addr(*idx, *n).await? {
+            released.push(n.addr());
         }
     }
     Ok(released)
@@ -257,12 +272,9 @@ impl HostEgress {
             Some(want) => {
                 let keep: BTreeSet<Ipv4Addr> = want.iter().map(|a| a.ip).collect();
                 // Release first, so a crash in between never leaves an unrecorded address.
-                for ip in owned.difference(&keep) {
-                    for (idx, n) in addrs.iter().filter(|(_, n)| n.addr() == *ip) {
-                        if n.prefix() == 32 && self.nl.del_addr(*idx, *n).await? {
-                            changes.push(format!("egress IP {ip} released"));
-                        }
-                    }
+                let gone: BTreeSet<Ipv4Addr> = owned.difference(&keep).copied().collect();
+                for ip in release(&self.nl, &addrs, &gone).await? {
+                    changes.push(format!("egress IP {ip} released"));
                 }
                 if nft::ensure_table(TABLE, &render(want)).await? {
                     changes.push(format!("nftables table {TABLE}"));
