@@ -40,16 +40,18 @@ fn drain(mut pipe: impl Read + Send + 'static, text: Arc<Mutex<String>>) -> Join
     })
 }
 
-/// The gRPC address a start-up log announces: the plain "gRPC on A," line, or in JSON mode the
-/// "flowmesh-controller running" line's `grpc_addr` field.
+/// The gRPC address a start-up log announces: the plain start-up line, or in JSON mode the
+/// "flowmesh-controller running" line's `grpc_addr` field (whole lines only).
 fn announced_grpc(log: &str) -> Option<SocketAddr> {
-    log.lines().find_map(|l| {
-        if let Some(rest) = l.strip_prefix("flowmesh-controller: gRPC on ") {
-            return rest.split(',').next()?.trim().parse().ok();
-        }
-        let v: serde_json::Value = serde_json::from_str(l).ok()?;
-        v["fields"]["grpc_addr"].as_str()?.parse().ok()
-    })
+    if let Some(l) = support::started_lines(log).next() {
+        return support::announced(l, "gRPC on ");
+    }
+    log.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            v["fields"]["grpc_addr"].as_str()?.parse().ok()
+        })
 }
 
 /// The controller with stderr (and stdout) to a pipe, started and listening. Every listener

@@ -26,10 +26,22 @@ pub struct Controller {
 const STARTED: &str = "flowmesh-controller: gRPC on ";
 
 /// The whole start-up lines of a log (a line still being written is not one yet).
-fn started_lines(text: &str) -> impl Iterator<Item = &str> {
+pub fn started_lines(text: &str) -> impl Iterator<Item = &str> {
     text.split_inclusive('\n')
         .filter(|l| l.starts_with(STARTED) && l.ends_with('\n'))
         .map(str::trim_end)
+}
+
+/// The address a start-up line gives after `after` ("gRPC on ", "OpenFlow on ", "metrics on
+/// http://"): "flowmesh-controller: gRPC on A, OpenFlow on B, metrics on http://C/metrics".
+pub fn announced(line: &str, after: &str) -> Option<SocketAddr> {
+    line.split(after)
+        .nth(1)?
+        .split([',', '/'])
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl Controller {
@@ -92,12 +104,8 @@ impl Controller {
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        // "flowmesh-controller: gRPC on A, OpenFlow on B, metrics on http://C/metrics"
         let addr = |after: &str| -> SocketAddr {
-            line.split(after)
-                .nth(1)
-                .and_then(|r| r.split([',', '/']).next())
-                .and_then(|a| a.trim().parse().ok())
+            announced(&line, after)
                 .unwrap_or_else(|| panic!("no address after {after:?} in {line:?}"))
         };
         self.grpc = addr("gRPC on ");
