@@ -8,6 +8,7 @@
 //! about it on the other switches and nothing of flowmesh on itself.
 
 use flowmesh_tests::e2e::{CniCluster, ControllerOptions};
+use flowmesh_tests::egress::wait_for;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -164,15 +165,13 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         .output()
         .expect("ip netns del");
     assert!(out.status.success());
-    let t = Instant::now();
-    while c
-        .lab
-        .run_in(&node2_ns, "ip", &["link", "show", &gone2.host_veth])
-        .is_ok()
-    {
-        assert!(t.elapsed() < Duration::from_secs(10), "gone-d's veth stays");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let veth_gone = wait_for(Duration::from_secs(10), || {
+        c.lab
+            .run_in(&node2_ns, "ip", &["link", "show", &gone2.host_veth])
+            .is_err()
+            .then_some(())
+    });
+    assert!(veth_gone.is_some(), "gone-d's veth stays");
     let b_ofport = b_port.rsplit(',').next().expect("ofport").to_string();
     ovs2.vsctl(["del-br", "br0"]).expect("del-br");
     let t = Instant::now();
@@ -204,16 +203,15 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
         t.elapsed().as_millis()
     );
     c.wait_all_synced("switches after br0 was recreated");
-    let t = Instant::now();
-    while c.ctl(&["get", "pods", "-n", "shop"]).contains("gone-d") {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "gone-d is still attached: {}\n{}",
-            c.ctl(&["get", "pods", "-n", "shop"]),
-            flowmesh_tests::cni::log_tail(&c.shims[1].log, 20)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let detached = wait_for(Duration::from_secs(10), || {
+        (!c.ctl(&["get", "pods", "-n", "shop"]).contains("gone-d")).then_some(())
+    });
+    assert!(
+        detached.is_some(),
+        "gone-d is still attached: {}\n{}",
+        c.ctl(&["get", "pods", "-n", "shop"]),
+        flowmesh_tests::cni::log_tail(&c.shims[1].log, 20)
+    );
     assert_eq!(iface(&c, 2, &gone2.host_veth), None);
 
     // The controller restarts: every shim re-registers within about a second of it answering
