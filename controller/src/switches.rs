@@ -277,75 +277,16 @@ mod tests {
         assert_eq!(SyncLimiter::new(0).available(), 1);
     }
 
-    /// A switch that completes the handshake and answers echoes and barriers but never a flow
-    /// statistics request (a hung or hostile peer).
-    async fn silent_on_flow_stats(mut io: tokio::io::DuplexStream) {
-        use ofproto::message::{
-            msg_type, Framer, Hello, MultipartReply, MultipartReplyBody, SwitchFeatures,
-        };
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut framer = Framer::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let _ = io.write_all(&Message::Hello(Hello::of13()).encode(1)).await;
-        loop {
-            let n = match io.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            framer.push(buf.get(..n).unwrap_or_default());
-            let mut out = Vec::new();
-            while let Ok(Some(frame)) = framer.next_frame() {
-                let t = frame.get(1).copied().unwrap_or_default();
-                let xid = u32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                // OFPMP_FLOW is multipart type 1.
-                let flow_stats =
-                    t == msg_type::MULTIPART_REQUEST && frame.get(8..10) == Some(&[0, 1]);
-                let reply = match t {
-                    msg_type::FEATURES_REQUEST => Some(Message::FeaturesReply(SwitchFeatures {
-                        datapath_id: 9,
-                        n_buffers: 0,
-                        n_tables: 254,
-                        auxiliary_id: 0,
-                        capabilities: 0,
-                        reserved: 0,
-                    })),
-                    msg_type::MULTIPART_REQUEST if !flow_stats => Some(Message::MultipartReply(
-                        MultipartReply::new(MultipartReplyBody::PortDesc(Vec::new())),
-                    )),
-                    msg_type::BARRIER_REQUEST => Some(Message::BarrierReply),
-                    msg_type::ECHO_REQUEST => Some(Message::EchoReply(Vec::new())),
-                    _ => None,
-                };
-                if let Some(r) = reply {
-                    r.encode_into(xid, &mut out);
-                }
-            }
-            if !out.is_empty() && io.write_all(&out).await.is_err() {
-                return;
-            }
-        }
-    }
-
     #[tokio::test]
     async fn a_read_past_its_deadline_closes_the_connection_and_frees_the_turn() {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(ofproto::session::run_session(
-            ours,
-            1,
-            "fake".into(),
-            ofproto::session::SessionConfig::default(),
-            tx,
-        ));
-        tokio::spawn(silent_on_flow_stats(theirs));
-        let handle = loop {
-            match rx.recv().await {
-                Some(SessionEvent::Ready { handle, .. }) => break handle,
-                Some(SessionEvent::Disconnected { cause, .. }) => panic!("disconnected: {cause}"),
-                Some(_) => {}
-                None => panic!("session ended"),
-            }
+        let silent = ofproto::testing::FakeSwitch {
+            dpid: 9,
+            silent_on_flow_stats: true,
+            ..Default::default()
         };
+        let (handle, mut rx, _switch) = silent
+            .connect(ofproto::session::SessionConfig::default(), 64 * 1024)
+            .await;
         let limiter = SyncLimiter::new(1);
         let link = SessionLink {
             handle,

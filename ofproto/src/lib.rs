@@ -8,6 +8,8 @@ pub mod instruction;
 pub mod message;
 pub mod oxm;
 pub mod session;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod text;
 pub mod wire;
 

@@ -4,103 +4,19 @@
 
 use std::time::{Duration, Instant};
 
-use ofproto::message::{
-    msg_type, BadRequestCode, ErrorKind, ErrorMsg, Framer, Hello, Message, MultipartReply,
-    MultipartReplyBody, SwitchFeatures,
-};
-use ofproto::session::{run_session, SessionConfig, SessionEvent, SwitchHandle};
+use ofproto::message::Message;
+use ofproto::session::{SessionConfig, SwitchHandle};
+use ofproto::testing::FakeSwitch;
 use ofproto::{Action, Flow, FlowMod, Match};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::mpsc;
-
-/// How the fake switch behaves.
-#[derive(Clone, Copy)]
-struct Script {
-    dpid: u64,
-    /// Answer ONF bundle messages with OFPBRC_BAD_EXPERIMENTER.
-    refuse_bundles: bool,
-    /// Pause this long after each read (a slow switch).
-    read_delay: Duration,
-    /// Bytes per read.
-    read_chunk: usize,
-}
-
-/// Runs the fake switch on its end of the pipe; returns how many FLOW_MODs it saw.
-async fn fake_switch(mut io: DuplexStream, script: Script) -> usize {
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; script.read_chunk];
-    let mut flow_mods = 0;
-    let _ = io.write_all(&Message::Hello(Hello::of13()).encode(1)).await;
-    loop {
-        let n = match io.read(&mut buf).await {
-            Ok(0) | Err(_) => return flow_mods,
-            Ok(n) => n,
-        };
-        framer.push(&buf[..n]);
-        let mut out = Vec::new();
-        while let Ok(Some(frame)) = framer.next_frame() {
-            let (t, xid) = (
-                frame[1],
-                u32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]),
-            );
-            let reply = match t {
-                msg_type::FEATURES_REQUEST => Some(Message::FeaturesReply(SwitchFeatures {
-                    datapath_id: script.dpid,
-                    n_buffers: 0,
-                    n_tables: 254,
-                    auxiliary_id: 0,
-                    capabilities: 0,
-                    reserved: 0,
-                })),
-                msg_type::MULTIPART_REQUEST => Some(Message::MultipartReply(MultipartReply::new(
-                    MultipartReplyBody::PortDesc(Vec::new()),
-                ))),
-                msg_type::BARRIER_REQUEST => Some(Message::BarrierReply),
-                msg_type::ECHO_REQUEST => Some(Message::EchoReply(Vec::new())),
-                msg_type::FLOW_MOD => {
-                    flow_mods += 1;
-                    None
-                }
-                msg_type::EXPERIMENTER if script.refuse_bundles => Some(Message::Error(ErrorMsg {
-                    kind: ErrorKind::BadRequest(BadRequestCode::BadExperimenter),
-                    data: frame[..frame.len().min(64)].to_vec(),
-                })),
-                _ => None,
-            };
-            if let Some(r) = reply {
-                r.encode_into(xid, &mut out);
-            }
-        }
-        if !out.is_empty() && io.write_all(&out).await.is_err() {
-            return flow_mods;
-        }
-        if !script.read_delay.is_zero() {
-            tokio::time::sleep(script.read_delay).await;
-        }
-    }
-}
 
 /// Starts a session to a fake switch; returns its handle once ready.
 async fn connect(
-    script: Script,
+    script: FakeSwitch,
     cfg: SessionConfig,
     pipe: usize,
 ) -> (SwitchHandle, tokio::task::JoinHandle<usize>) {
-    let (ours, theirs) = tokio::io::duplex(pipe);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(run_session(ours, 1, "fake".into(), cfg, tx));
-    let switch = tokio::spawn(fake_switch(theirs, script));
-    loop {
-        match rx.recv().await {
-            Some(SessionEvent::Ready { handle, info, .. }) => {
-                assert_eq!(info.dpid, script.dpid);
-                return (handle, switch);
-            }
-            Some(SessionEvent::Disconnected { cause, .. }) => panic!("disconnected: {cause}"),
-            Some(_) => {}
-            None => panic!("session ended"),
-        }
-    }
+    let (handle, _events, switch) = script.connect(cfg, pipe).await;
+    (handle, switch)
 }
 
 fn flow_mods(n: u32) -> Vec<Message> {
@@ -112,16 +28,17 @@ fn flow_mods(n: u32) -> Vec<Message> {
         .collect()
 }
 
-const FAST: Script = Script {
+const FAST: FakeSwitch = FakeSwitch {
     dpid: 7,
     refuse_bundles: false,
+    silent_on_flow_stats: false,
     read_delay: Duration::ZERO,
     read_chunk: 64 * 1024,
 };
 
 #[tokio::test]
 async fn a_switch_without_bundles_gets_an_ordered_batch() {
-    let script = Script {
+    let script = FakeSwitch {
         refuse_bundles: true,
         ..FAST
     };
@@ -137,7 +54,7 @@ async fn a_switch_without_bundles_gets_an_ordered_batch() {
 
 #[tokio::test]
 async fn memory_stays_bounded_towards_a_slow_switch() {
-    let script = Script {
+    let script = FakeSwitch {
         read_delay: Duration::from_millis(1),
         read_chunk: 256 * 1024,
         ..FAST
@@ -169,7 +86,7 @@ async fn memory_stays_bounded_towards_a_slow_switch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_switch_does_not_delay_another() {
     // This one reads 1 KiB every 50 ms: a large batch to it takes minutes.
-    let stalled = Script {
+    let stalled = FakeSwitch {
         dpid: 1,
         read_delay: Duration::from_millis(50),
         read_chunk: 1024,
@@ -177,7 +94,7 @@ async fn a_stalled_switch_does_not_delay_another() {
     };
     let (slow, _slow_switch) = connect(stalled, SessionConfig::default(), 4096).await;
     let (fast, _fast_switch) = connect(
-        Script { dpid: 2, ..FAST },
+        FakeSwitch { dpid: 2, ..FAST },
         SessionConfig::default(),
         1 << 16,
     )

@@ -1,0 +1,137 @@
+//! A scripted in-memory switch for tests of the session layer and of its users (feature
+//! `testing`): it completes the handshake, answers echoes, barriers and multipart requests (an
+//! empty port description), counts FLOW_MODs, and can be told to refuse bundles, to read
+//! slowly, or to leave flow statistics requests unanswered.
+
+use crate::message::{
+    msg_type, BadRequestCode, ErrorKind, ErrorMsg, Framer, Hello, Message, MultipartReply,
+    MultipartReplyBody, SwitchFeatures,
+};
+use crate::session::{run_session, SessionConfig, SessionEvent, SwitchHandle};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::task::JoinHandle;
+
+/// How the fake switch behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct FakeSwitch {
+    /// Its datapath id.
+    pub dpid: u64,
+    /// Answer ONF bundle messages with OFPBRC_BAD_EXPERIMENTER.
+    pub refuse_bundles: bool,
+    /// Never answer a flow statistics (OFPMP_FLOW) request: a hung or hostile peer.
+    pub silent_on_flow_stats: bool,
+    /// Pause this long after each read (a slow switch).
+    pub read_delay: Duration,
+    /// Bytes per read.
+    pub read_chunk: usize,
+}
+
+impl Default for FakeSwitch {
+    fn default() -> Self {
+        FakeSwitch {
+            dpid: 7,
+            refuse_bundles: false,
+            silent_on_flow_stats: false,
+            read_delay: Duration::ZERO,
+            read_chunk: 64 * 1024,
+        }
+    }
+}
+
+impl FakeSwitch {
+    /// Runs the switch on its end of the pipe until the pipe closes; returns how many
+    /// FLOW_MODs it saw.
+    pub async fn run(self, mut io: DuplexStream) -> usize {
+        let mut framer = Framer::new();
+        let mut buf = vec![0u8; self.read_chunk];
+        let mut flow_mods = 0;
+        let _ = io.write_all(&Message::Hello(Hello::of13()).encode(1)).await;
+        loop {
+            let n = match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return flow_mods,
+                Ok(n) => n,
+            };
+            framer.push(buf.get(..n).unwrap_or_default());
+            let mut out = Vec::new();
+            while let Ok(Some(frame)) = framer.next_frame() {
+                let t = frame.get(1).copied().unwrap_or_default();
+                let xid = frame
+                    .get(4..8)
+                    .map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]));
+                // OFPMP_FLOW is multipart type 1.
+                let flow_stats =
+                    t == msg_type::MULTIPART_REQUEST && frame.get(8..10) == Some(&[0, 1]);
+                let reply = match t {
+                    msg_type::FEATURES_REQUEST => Some(Message::FeaturesReply(SwitchFeatures {
+                        datapath_id: self.dpid,
+                        n_buffers: 0,
+                        n_tables: 254,
+                        auxiliary_id: 0,
+                        capabilities: 0,
+                        reserved: 0,
+                    })),
+                    msg_type::MULTIPART_REQUEST if flow_stats && self.silent_on_flow_stats => None,
+                    msg_type::MULTIPART_REQUEST => Some(Message::MultipartReply(
+                        MultipartReply::new(MultipartReplyBody::PortDesc(Vec::new())),
+                    )),
+                    msg_type::BARRIER_REQUEST => Some(Message::BarrierReply),
+                    msg_type::ECHO_REQUEST => Some(Message::EchoReply(Vec::new())),
+                    msg_type::FLOW_MOD => {
+                        flow_mods += 1;
+                        None
+                    }
+                    msg_type::EXPERIMENTER if self.refuse_bundles => {
+                        Some(Message::Error(ErrorMsg {
+                            kind: ErrorKind::BadRequest(BadRequestCode::BadExperimenter),
+                            data: frame
+                                .get(..frame.len().min(64))
+                                .unwrap_or_default()
+                                .to_vec(),
+                        }))
+                    }
+                    _ => None,
+                };
+                if let Some(r) = reply {
+                    r.encode_into(xid, &mut out);
+                }
+            }
+            if !out.is_empty() && io.write_all(&out).await.is_err() {
+                return flow_mods;
+            }
+            if !self.read_delay.is_zero() {
+                tokio::time::sleep(self.read_delay).await;
+            }
+        }
+    }
+
+    /// Starts a session (`cfg`, a pipe of `pipe` bytes) to this switch and waits until it is
+    /// ready: the session's handle, its remaining events and the switch task (its FLOW_MOD
+    /// count). Panics if the handshake fails (a test helper).
+    pub async fn connect(
+        self,
+        cfg: SessionConfig,
+        pipe: usize,
+    ) -> (
+        SwitchHandle,
+        UnboundedReceiver<SessionEvent>,
+        JoinHandle<usize>,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(pipe);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(run_session(ours, 1, "fake".into(), cfg, tx));
+        let switch = tokio::spawn(self.run(theirs));
+        loop {
+            match rx.recv().await {
+                Some(SessionEvent::Ready { handle, info, .. }) => {
+                    assert_eq!(info.dpid, self.dpid, "the handshake's datapath id");
+                    return (handle, rx, switch);
+                }
+                Some(SessionEvent::Disconnected { cause, .. }) => panic!("disconnected: {cause}"),
+                Some(_) => {}
+                None => panic!("session ended"),
+            }
+        }
+    }
+}
