@@ -16,9 +16,9 @@
 //! * Registration: each replica keeps `PREFIX-ha/replicas/ID` (bound to its lease) with its
 //!   addresses and the role it holds on each switch, for `flowmeshctl get controllers`.
 
-use crate::state::etcd::retry_unsent;
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+use etcd_rpc::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -298,6 +298,35 @@ pub struct HaConfig {
     pub ttl_secs: i64,
 }
 
+/// How often a held lease is renewed: a third of its TTL, at most every half second (a renewal
+/// is one small message; renewing often shortens the gap a lost member leaves).
+pub fn renewal_period(ttl: Duration) -> Duration {
+    (ttl / 3).clamp(Duration::from_millis(100), Duration::from_millis(500))
+}
+
+/// Time for the keep-alive stream to move to another member and for a round trip on a loaded
+/// machine, besides etcd's own election.
+const FAILOVER_SLACK: Duration = Duration::from_millis(500);
+
+/// The smallest lease TTL (whole seconds) that survives the loss of any one etcd member, the
+/// raft leader included, for a cluster whose members run with `--election-timeout`
+/// `election_timeout` (etcd's default: 1,000 ms).
+///
+/// When the raft leader dies, no renewal is confirmed until the others elect a new one: each
+/// follower waits a randomized 1-2 election timeouts from the last heartbeat, so up to twice
+/// `election_timeout`. The last confirmed renewal may be one renewal period older than the
+/// loss, and the replica steps down a sixth of the TTL before the lease could end
+/// (`hold_lease`). So the TTL must satisfy `TTL - TTL/6 >= 2 * election_timeout + period +
+/// FAILOVER_SLACK`: 4 s with etcd's defaults, 2 s at 250 ms.
+pub fn min_safe_ttl_secs(election_timeout: Duration) -> i64 {
+    (1..=3600)
+        .find(|&t| {
+            let ttl = Duration::from_secs(t as u64);
+            ttl - ttl / 6 >= 2 * election_timeout + renewal_period(ttl) + FAILOVER_SLACK
+        })
+        .unwrap_or(3600)
+}
+
 /// What `get controllers` shows.
 #[derive(Clone, Debug, Default)]
 pub struct ReplicaView {
@@ -316,34 +345,26 @@ pub fn ha_prefix(record_prefix: &str) -> String {
 }
 
 /// Read every replica and the leader.
-pub async fn view(client: Client, prefix: &str) -> Result<ReplicaView, etcd_client::Error> {
-    let resp = retry_unsent(|| {
-        let mut c = client.clone();
-        let k = format!("{prefix}replicas/");
-        async move {
-            c.get(k, Some(etcd_client::GetOptions::new().with_prefix()))
-                .await
-        }
-    })
-    .await?;
+pub async fn view(client: Client, prefix: &str) -> Result<ReplicaView, etcd_rpc::Error> {
+    let resp = client
+        .get(
+            format!("{prefix}replicas/"),
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await?;
     let mut replicas: Vec<ReplicaInfo> = resp
-        .kvs()
+        .kvs
         .iter()
-        .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+        .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
-    let l = retry_unsent(|| {
-        let mut c = client.clone();
-        let k = format!("{prefix}leader");
-        async move { c.get(k, None).await }
-    })
-    .await?;
-    let (leader, generation) = match l.kvs().first() {
+    let l = client.get(format!("{prefix}leader"), None).await?;
+    let (leader, generation) = match l.kvs.first() {
         Some(kv) => (
-            serde_json::from_slice::<LeaderValue>(kv.value())
+            serde_json::from_slice::<LeaderValue>(&kv.value)
                 .map(|v| v.id)
                 .unwrap_or_default(),
-            kv.create_revision() as u64,
+            kv.create_revision as u64,
         ),
         None => (String::new(), 0),
     };
@@ -381,13 +402,7 @@ pub async fn run(
         }
         // The lease runs from no earlier than the request: count from before it.
         let asked_at = Instant::now();
-        let lease = match retry_unsent(|| {
-            let mut c = client.clone();
-            let ttl = cfg.ttl_secs.max(1);
-            async move { c.lease_grant(ttl, None).await }
-        })
-        .await
-        {
+        let lease = match client.lease_grant(cfg.ttl_secs.max(1)).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "leader election: no lease (etcd unavailable?); retrying");
@@ -401,9 +416,9 @@ pub async fn run(
         };
         backoff = Duration::from_millis(100);
         // The lease's real TTL: etcd raises a short one to its minimum.
-        let granted = Duration::from_secs(lease.ttl().max(1) as u64);
+        let granted = Duration::from_secs(lease.ttl.max(1) as u64);
         let ttl = ttl.max(granted);
-        let id = lease.id();
+        let id = lease.id;
         tracing::info!(lease = id, ttl_s = ttl.as_secs(), replica = %cfg.id, "leader election: lease granted");
         let end = hold_lease(
             &client, &prefix, &cfg, &me, id, ttl, asked_at, &lead, &fence, &mut stop,
@@ -422,11 +437,7 @@ pub async fn run(
         fence.set(None);
         match end {
             LeaseEnd::Stopped => {
-                let revoke = retry_unsent(|| {
-                    let mut c = client.clone();
-                    async move { c.lease_revoke(id).await }
-                });
-                let _ = tokio::time::timeout(Duration::from_secs(2), revoke).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), client.lease_revoke(id)).await;
                 tracing::info!(replica = %cfg.id, was_leader, "leader election: resigned");
                 return;
             }
@@ -434,11 +445,7 @@ pub async fn run(
                 tracing::warn!(replica = %cfg.id, was_leader, %why, "leader election: lease lost; now standby, campaigning again");
                 // It may still live in etcd (renewals were only late): let it go, so a
                 // leader key bound to it goes at once instead of at its expiry.
-                let revoke = retry_unsent(|| {
-                    let mut c = client.clone();
-                    async move { c.lease_revoke(id).await }
-                });
-                let _ = tokio::time::timeout(ttl / 3, revoke).await;
+                let _ = tokio::time::timeout(ttl / 3, client.lease_revoke(id)).await;
             }
         }
     }
@@ -458,10 +465,12 @@ async fn hold_lease(
     fence: &Fence,
     stop: &mut watch::Receiver<bool>,
 ) -> LeaseEnd {
-    let period = (ttl / 3).max(Duration::from_millis(100));
+    let period = renewal_period(ttl);
     // The keep-alive stream; reopened (each attempt bounded by `period`) when it breaks, e.g.
-    // when the etcd member it went to dies or loses its leader.
-    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
+    // when the etcd member it went to dies or loses its leader, or when a renewal stays
+    // unanswered for a period (a member that stopped, or lost its network, without closing
+    // the connection): the client then moves to another member.
+    let mut stream: Option<(etcd_rpc::LeaseKeeper, etcd_rpc::LeaseKeepAliveStream)> = None;
     // The lease is surely held until the last renewal that etcd confirmed, sent at
     // `confirmed`, plus the TTL; stepping down a sixth of the TTL before that leaves room.
     let margin = ttl / 6;
@@ -475,7 +484,7 @@ async fn hold_lease(
     let mut registered_version = u64::MAX;
     let mut registered_state = String::new();
     // The leader key's watch: Some while following another leader (or ourselves).
-    let mut follow: Option<etcd_client::WatchStream> = None;
+    let mut follow: Option<etcd_rpc::WatchStream> = None;
     let mut campaign_now = true;
     loop {
         if Instant::now() + margin >= confirmed + ttl {
@@ -491,8 +500,8 @@ async fn hold_lease(
                 tokio::time::timeout(period, campaign(client, &leader_key, &cfg.id, lease));
             let outcome = match bounded.await {
                 Ok(r) => r,
-                Err(_) => Err(etcd_client::Error::WatchError(
-                    "the campaign took longer than a third of the TTL".into(),
+                Err(_) => Err(etcd_rpc::Error::Closed(
+                    "the campaign took longer than a renewal period".into(),
                 )),
             };
             match outcome {
@@ -569,24 +578,38 @@ async fn hold_lease(
                 ..me.clone()
             };
             if let Ok(v) = serde_json::to_vec(&info) {
-                let put = retry_unsent(|| {
-                    let mut c = client.clone();
-                    let (k, v) = (replica_key.clone(), v.clone());
-                    async move { c.put(k, v, Some(PutOptions::new().with_lease(lease))).await }
-                });
+                let put = client.put(
+                    replica_key.clone(),
+                    v,
+                    Some(PutOptions::new().with_lease(lease)),
+                );
                 if matches!(tokio::time::timeout(period, put).await, Ok(Ok(_))) {
                     registered_version = version;
                     registered_state = state.to_string();
                 }
             }
         }
+        if let Some(oldest) = sent.front() {
+            if stream.is_some() && oldest.elapsed() > period {
+                tracing::debug!(
+                    member = %client.pinned(),
+                    waited_ms = oldest.elapsed().as_millis() as u64,
+                    "lease renewal unanswered; trying another etcd member"
+                );
+                client.avoid(&client.pinned());
+                stream = None;
+                sent.clear();
+            }
+        }
         if stream.is_none() {
-            let open = retry_unsent(|| {
-                let mut c = client.clone();
-                async move { c.lease_keep_alive(lease).await }
-            });
+            let opened_at = Instant::now();
+            let open = client.lease_keep_alive(lease);
             match tokio::time::timeout(period, open).await {
-                Ok(Ok(s)) => stream = Some(s),
+                Ok(Ok(s)) => {
+                    // The opening carried the first renewal.
+                    sent.push_back(opened_at);
+                    stream = Some(s);
+                }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "lease keep-alive stream not opened");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -604,6 +627,9 @@ async fn hold_lease(
                     return LeaseEnd::Stopped;
                 }
             }
+            _ = stalled(sent.front().map(|t| *t + period)) => {
+                // Checked at the top of the loop.
+            }
             _ = tick.tick() => {
                 let at = Instant::now();
                 match keeper.keep_alive().await {
@@ -617,7 +643,7 @@ async fn hold_lease(
             }
             r = responses.message() => match r {
                 Ok(Some(resp)) => {
-                    if resp.ttl() <= 0 {
+                    if resp.ttl <= 0 {
                         return LeaseEnd::Lost("etcd says the lease expired".into());
                     }
                     if let Some(at) = sent.pop_front() {
@@ -652,6 +678,14 @@ async fn hold_lease(
     }
 }
 
+/// Pending until `at` (forever when None).
+async fn stalled(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
 enum Campaign {
     Won(i64),
     Lost {
@@ -668,7 +702,7 @@ async fn campaign(
     key: &str,
     id: &str,
     lease: i64,
-) -> Result<Campaign, etcd_client::Error> {
+) -> Result<Campaign, etcd_rpc::Error> {
     let value = serde_json::to_vec(&LeaderValue {
         id: id.to_string(),
         lease,
@@ -682,26 +716,21 @@ async fn campaign(
             Some(PutOptions::new().with_lease(lease)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let resp = retry_unsent(|| {
-        let mut c = client.clone();
-        let t = txn.clone();
-        async move { c.txn(t).await }
-    })
-    .await?;
-    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-    if resp.succeeded() {
+    let resp = client.txn(txn).await?;
+    let revision = resp.revision();
+    if resp.succeeded {
         return Ok(Campaign::Won(revision));
     }
     for op in resp.op_responses() {
         if let TxnOpResponse::Get(g) = op {
-            if let Some(kv) = g.kvs().first() {
-                let leader = serde_json::from_slice::<LeaderValue>(kv.value())
+            if let Some(kv) = g.kvs.first() {
+                let leader = serde_json::from_slice::<LeaderValue>(&kv.value)
                     .map(|v| v.id)
                     .unwrap_or_default();
                 return Ok(Campaign::Lost {
                     leader,
-                    holder_lease: kv.lease(),
-                    generation: kv.create_revision(),
+                    holder_lease: kv.lease,
+                    generation: kv.create_revision,
                     revision,
                 });
             }
@@ -722,15 +751,11 @@ async fn watch_key(
     key: &str,
     from: i64,
     within: Duration,
-) -> Option<etcd_client::WatchStream> {
-    let open = retry_unsent(|| {
-        let mut c = client.clone();
-        let k = key.to_string();
-        async move {
-            c.watch(k, Some(WatchOptions::new().with_start_revision(from)))
-                .await
-        }
-    });
+) -> Option<etcd_rpc::WatchStream> {
+    let open = client.watch(
+        key.to_string(),
+        Some(WatchOptions::new().with_start_revision(from)),
+    );
     tokio::time::timeout(within, open).await.ok()?.ok()
 }
 
@@ -741,20 +766,16 @@ enum KeyEvent {
 }
 
 /// The next event of the followed key (pending forever when nothing is followed).
-async fn next_event(follow: &mut Option<etcd_client::WatchStream>) -> KeyEvent {
+async fn next_event(follow: &mut Option<etcd_rpc::WatchStream>) -> KeyEvent {
     let Some(s) = follow.as_mut() else {
         return std::future::pending().await;
     };
     match s.message().await {
         Ok(Some(resp)) => {
-            if resp.canceled() || resp.compact_revision() > 0 {
+            if resp.canceled || resp.compact_revision > 0 {
                 return KeyEvent::Broken;
             }
-            if resp
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-            {
+            if resp.events.iter().any(|e| e.r#type() == EventType::Delete) {
                 KeyEvent::Deleted
             } else {
                 KeyEvent::Other
@@ -767,6 +788,24 @@ async fn next_event(follow: &mut Option<etcd_client::WatchStream>) -> KeyEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smallest_safe_ttl_outlasts_two_election_timeouts() {
+        assert_eq!(min_safe_ttl_secs(Duration::from_millis(1000)), 4);
+        assert_eq!(min_safe_ttl_secs(Duration::from_millis(500)), 3);
+        assert_eq!(min_safe_ttl_secs(Duration::from_millis(250)), 2);
+        // Never 1 s: a renewal period and the slack alone leave too little of it.
+        assert_eq!(min_safe_ttl_secs(Duration::from_millis(10)), 2);
+        for ms in [100u64, 250, 500, 1000, 2500, 5000] {
+            let e = Duration::from_millis(ms);
+            let t = Duration::from_secs(min_safe_ttl_secs(e) as u64);
+            // The step-down point comes after the longest gap one member's loss can leave.
+            assert!(
+                t - t / 6 >= 2 * e + renewal_period(t) + FAILOVER_SLACK,
+                "{ms}"
+            );
+        }
+    }
 
     #[test]
     fn ha_keys_sit_beside_the_record_prefix() {

@@ -28,6 +28,12 @@ fn etcd_args<'a>(cluster: &'a str, prefix: &'a str) -> Vec<&'a str> {
         cluster,
         "--etcd-prefix",
         prefix,
+        "--etcd-election-timeout",
+        flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
+        // The shortest lease these members allow: a lost lease would show within the test's
+        // windows.
+        "--leader-ttl",
+        "2",
     ]
 }
 
@@ -238,7 +244,12 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     assert_bridges_match(&sbx, &mut a1).await;
 
     // One member gone: writes go on, and the controller keeps its leadership (the same
-    // generation: no re-election, no role change on the switches).
+    // generation: no re-election, no role change on the switches). The worst member to lose:
+    // etcd's raft leader (no renewal is confirmed until the others elect a new one), which is
+    // also the first endpoint, the one the controller's requests and lease keep-alive go to.
+    cluster
+        .move_leader(0, Duration::from_secs(20))
+        .expect("member 0 leads");
     let generation = |v: pa::ControllerList| (v.leader, v.generation);
     let before_kill = generation(
         a1.get_controllers(pa::Empty {})
@@ -257,6 +268,8 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     )
     .expect("write with one member down");
     assert_eq!(aborted, 0, "one replica has nothing to conflict with");
+    // Longer than the lease TTL (2 s): a lease that was not renewed meanwhile is gone by then
+    // and a new generation elected.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_kill = generation(
         a1.get_controllers(pa::Empty {})
@@ -580,6 +593,31 @@ fn bad_datastore_flags_are_refused_clearly() {
                 "flowmesh",
             ],
             "must start with /",
+        ),
+        // Losing etcd's raft leader (default election timeout 1 s) would cost a 3 s lease.
+        (
+            vec![
+                "--datastore",
+                "etcd",
+                "--etcd-endpoints",
+                "http://127.0.0.1:2379",
+                "--leader-ttl",
+                "3",
+            ],
+            "Give at least 4",
+        ),
+        (
+            vec![
+                "--datastore",
+                "etcd",
+                "--etcd-endpoints",
+                "http://127.0.0.1:2379",
+                "--etcd-election-timeout",
+                "250",
+                "--leader-ttl",
+                "1",
+            ],
+            "Give at least 2",
         ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))

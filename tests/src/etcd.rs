@@ -54,6 +54,10 @@ struct Member {
     process: Option<TrackedProcess>,
 }
 
+/// The members' `--election-timeout` (ms): give it to controllers as
+/// `--etcd-election-timeout`, which decides the smallest `--leader-ttl` they accept (2 s here).
+pub const ELECTION_TIMEOUT_MS: &str = "250";
+
 /// A running etcd cluster.
 pub struct EtcdCluster {
     members: Vec<Member>,
@@ -142,11 +146,12 @@ impl EtcdCluster {
             .arg(&self.token)
             .arg("--initial-cluster-state")
             .arg("new")
-            // Loopback: elections in well under a second.
+            // Loopback: elections in well under a second (etcd wants at least 5 heartbeats
+            // per election timeout). Controllers are told with --etcd-election-timeout.
             .arg("--heartbeat-interval")
             .arg("50")
             .arg("--election-timeout")
-            .arg("500")
+            .arg(ELECTION_TIMEOUT_MS)
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err));
         let p = TrackedProcess::spawn(format!("etcd {}", m.name), &mut cmd)
@@ -215,6 +220,64 @@ impl EtcdCluster {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
             Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    /// Each live member's raft id (as etcd prints it: decimal) and the leader's id as that
+    /// member sees it, by member index.
+    fn statuses(&self) -> Result<Vec<(usize, u64, u64)>, String> {
+        let out = self.etcdctl(&["endpoint", "status", "-w", "json"])?;
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .map_err(|e| format!("etcdctl endpoint status: {e}: {out}"))?;
+        let mut found = Vec::new();
+        for s in v.as_array().into_iter().flatten() {
+            let ep = s["Endpoint"].as_str().unwrap_or_default();
+            let Some(i) = self
+                .members
+                .iter()
+                .position(|m| ep == format!("http://127.0.0.1:{}", m.client))
+            else {
+                continue;
+            };
+            let id = s["Status"]["header"]["member_id"].as_u64().unwrap_or(0);
+            let leader = s["Status"]["leader"].as_u64().unwrap_or(0);
+            found.push((i, id, leader));
+        }
+        Ok(found)
+    }
+
+    /// The index of the member that is raft leader now.
+    pub fn leader(&self) -> Result<usize, String> {
+        let st = self.statuses()?;
+        st.iter()
+            .find(|(_, id, leader)| id == leader && *id != 0)
+            .map(|(i, _, _)| *i)
+            .ok_or_else(|| format!("no etcd member is leader: {st:?}"))
+    }
+
+    /// Make member `i` the raft leader (`etcdctl move-leader`), and wait until it is.
+    pub fn move_leader(&self, i: usize, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = self.statuses()?;
+            let id = st
+                .iter()
+                .find(|(j, _, _)| *j == i)
+                .map(|(_, id, _)| *id)
+                .ok_or_else(|| format!("etcd member {i} does not answer: {st:?}"))?;
+            if self.leader() == Ok(i) {
+                return Ok(());
+            }
+            let moved = self.etcdctl(&["move-leader", &format!("{id:x}")]);
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "etcd member {i} did not become leader within {timeout:?}: {moved:?}"
+                ));
+            }
+            if moved.is_err() {
+                // An election is going on: ask again once it is over.
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 

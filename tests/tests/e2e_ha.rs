@@ -72,8 +72,10 @@ fn pod_traffic_survives_killing_the_leader() {
             &eps,
             "--replica-id",
             id,
+            "--etcd-election-timeout",
+            flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
             "--leader-ttl",
-            "1",
+            "2",
         ]
         .map(String::from)
         .to_vec();

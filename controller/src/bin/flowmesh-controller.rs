@@ -122,10 +122,15 @@ struct Args {
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
     replica_id: Option<String>,
     /// Seconds: the leader's lease (etcd lease TTL, or the Kubernetes Lease's
-    /// leaseDurationSeconds). A leader that dies is replaced within about this long (etcd
-    /// raises it to its minimum: 1.5 × its --election-timeout, rounded up).
-    #[arg(long, default_value_t = 2)]
+    /// leaseDurationSeconds). A leader that dies is replaced within about this long. On etcd
+    /// it must outlast the election that follows the loss of etcd's raft leader: at least
+    /// 4 s with etcd's default --election-timeout (see --etcd-election-timeout).
+    #[arg(long, default_value_t = 5)]
     leader_ttl: i64,
+    /// Milliseconds: the --election-timeout the etcd members run with (etcd's default is
+    /// 1000). It decides the smallest safe --leader-ttl; a smaller TTL is refused.
+    #[arg(long, default_value_t = 1000)]
+    etcd_election_timeout: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -169,6 +174,33 @@ fn etcd_config(args: &Args) -> Result<Option<controller::state::etcd::EtcdConfig
             Ok(Some(c))
         }
     }
+}
+
+/// `--leader-ttl`, refused when losing one etcd member could cost the leadership.
+fn leader_ttl(args: &Args) -> Result<i64, String> {
+    if args.leader_ttl < 1 {
+        return Err(format!(
+            "--leader-ttl {}: give whole seconds, at least 1",
+            args.leader_ttl
+        ));
+    }
+    if args.datastore == Datastore::Etcd {
+        if args.etcd_election_timeout == 0 {
+            return Err("--etcd-election-timeout 0: give etcd's --election-timeout in milliseconds (etcd's default: 1000)".into());
+        }
+        let e = std::time::Duration::from_millis(args.etcd_election_timeout);
+        let min = controller::ha::min_safe_ttl_secs(e);
+        if args.leader_ttl < min {
+            return Err(format!(
+                "--leader-ttl {}: too short for etcd members with an election timeout of {} ms; \
+                 losing etcd's raft leader stops lease renewals for up to two election timeouts, \
+                 which would cost this controller its leadership. Give at least {min} (or, if the \
+                 members run with a shorter --election-timeout, say so with --etcd-election-timeout)",
+                args.leader_ttl, args.etcd_election_timeout
+            ));
+        }
+    }
+    Ok(args.leader_ttl)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -304,14 +336,7 @@ async fn run(args: Args) -> ExitCode {
             etcd: etcd_config(&args)?,
             kube: kube_config(&args)?,
             replica_id: args.replica_id.clone(),
-            leader_ttl_secs: if args.leader_ttl >= 1 {
-                args.leader_ttl
-            } else {
-                return Err(format!(
-                    "--leader-ttl {}: give whole seconds, at least 1",
-                    args.leader_ttl
-                ));
-            },
+            leader_ttl_secs: leader_ttl(&args)?,
             grpc_tls: match (
                 &args.grpc_tls_cert,
                 &args.grpc_tls_key,

@@ -10,7 +10,7 @@ use super::{
     unguarded, Change, Guarded, Listing, Record, RecordKey, Revision, StateBackend, StoreError,
     Watch, WatchEvent,
 };
-use etcd_client::{
+use etcd_rpc::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, TxnOpResponse,
     WatchOptions,
 };
@@ -86,13 +86,10 @@ impl Drop for EtcdStore {
     }
 }
 
-fn unavailable(cfg: &EtcdConfig, e: etcd_client::Error) -> StoreError {
+fn unavailable(cfg: &EtcdConfig, e: etcd_rpc::Error) -> StoreError {
     let text = e.to_string();
     let lower = text.to_lowercase();
-    if ["timed out", "timeout", "deadline"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
+    if e.is_timeout() {
         // A write etcd did not answer in time may still commit (when quorum returns): the
         // outcome is unknown, and the core re-reads etcd to follow whatever happened.
         return StoreError::Unavailable(format!(
@@ -119,35 +116,6 @@ fn unavailable(cfg: &EtcdConfig, e: etcd_client::Error) -> StoreError {
     StoreError::Unavailable(format!("etcd {}: {text}{hint}", cfg.endpoints.join(",")))
 }
 
-/// Whether a request failed before it reached any etcd member (a dead member's endpoint
-/// refused the connection): sending it again is safe, and goes to another member.
-fn never_sent(e: &etcd_client::Error) -> bool {
-    let t = e.to_string();
-    t.contains("tcp connect error")
-        || t.contains("Connection refused")
-        || t.contains("error trying to connect")
-}
-
-/// Run an etcd request, sending it again (to another member) while it fails before reaching
-/// one. The client balances over every endpoint, including dead ones: without this, one
-/// member of three down would fail a share of the requests.
-pub async fn retry_unsent<T, F, Fut>(mut f: F) -> Result<T, etcd_client::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>>,
-{
-    let mut attempt = 0;
-    loop {
-        match f().await {
-            Err(e) if never_sent(&e) && attempt < 8 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
-            }
-            r => return r,
-        }
-    }
-}
-
 fn read_pem(flag: &str, p: &PathBuf) -> Result<Vec<u8>, StoreError> {
     std::fs::read(p).map_err(|e| StoreError::Unavailable(format!("{flag} {}: {e}", p.display())))
 }
@@ -170,44 +138,28 @@ impl EtcdStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Unavailable(format!("etcd client runtime: {e}")))?;
-        let mut opts = ConnectOptions::new()
-            .with_timeout(cfg.request_timeout)
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_require_leader(true);
-        if cfg.ca.is_some() || cfg.cert.is_some() {
-            let mut tls = etcd_client::TlsOptions::new();
-            if let Some(ca) = &cfg.ca {
-                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read_pem(
-                    "--etcd-ca",
-                    ca,
-                )?));
+        let mut opts = ConnectOptions {
+            request_timeout: cfg.request_timeout,
+            ..ConnectOptions::default()
+        };
+        opts.ca_pem = match &cfg.ca {
+            Some(ca) => Some(read_pem("--etcd-ca", ca)?),
+            None => None,
+        };
+        opts.identity_pem = match (&cfg.cert, &cfg.key) {
+            (Some(c), Some(k)) => Some((read_pem("--etcd-cert", c)?, read_pem("--etcd-key", k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(StoreError::Unavailable(
+                    "--etcd-cert and --etcd-key go together".into(),
+                ))
             }
-            match (&cfg.cert, &cfg.key) {
-                (Some(c), Some(k)) => {
-                    tls = tls.identity(etcd_client::Identity::from_pem(
-                        read_pem("--etcd-cert", c)?,
-                        read_pem("--etcd-key", k)?,
-                    ));
-                }
-                (None, None) => {}
-                _ => {
-                    return Err(StoreError::Unavailable(
-                        "--etcd-cert and --etcd-key go together".into(),
-                    ))
-                }
-            }
-            opts = opts.with_tls(tls);
-        }
-        let endpoints = cfg.endpoints.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        rt.spawn(async move {
-            let _ = tx.send(Client::connect(endpoints, Some(opts)).await);
-        });
-        let client = rx
-            .recv()
-            .map_err(|_| StoreError::Unavailable("etcd client runtime stopped".into()))?
-            .map_err(|e| unavailable(&cfg, e))?;
+        };
+        // The channels start their connection tasks on the store's runtime.
+        let client = {
+            let _in_rt = rt.enter();
+            Client::connect(&cfg.endpoints, opts).map_err(|e| unavailable(&cfg, e))?
+        };
         Ok(EtcdStore {
             rt: Some(rt),
             client,
@@ -247,19 +199,16 @@ impl EtcdStore {
 
 /// Read every record under the prefix, at one revision.
 async fn list_async(client: Client, cfg: EtcdConfig) -> Result<Listing, StoreError> {
-    let resp = retry_unsent(|| {
-        let mut c = client.clone();
-        let p = cfg.prefix.clone();
-        async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
-    })
-    .await
-    .map_err(|e| unavailable(&cfg, e))?;
-    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-    let mut records = Vec::with_capacity(resp.kvs().len());
-    for kv in resp.kvs() {
-        let key = String::from_utf8_lossy(kv.key()).to_string();
-        let rec = decode(&cfg.prefix, &key, kv.value())?;
-        records.push((rec, kv.mod_revision()));
+    let resp = client
+        .get(cfg.prefix.clone(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| unavailable(&cfg, e))?;
+    let revision = resp.revision();
+    let mut records = Vec::with_capacity(resp.kvs.len());
+    for kv in &resp.kvs {
+        let key = String::from_utf8_lossy(&kv.key).to_string();
+        let rec = decode(&cfg.prefix, &key, &kv.value)?;
+        records.push((rec, kv.mod_revision));
     }
     records.sort_by_key(|a| a.0.key().as_string());
     Ok(Listing { revision, records })
@@ -382,12 +331,11 @@ async fn watch_loop(
                 }
             }
         }
-        let mut c = client.clone();
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(next)
             .with_progress_notify();
-        let mut stream = match c.watch(cfg.prefix.clone(), Some(opts)).await {
+        let mut stream = match client.watch(cfg.prefix.clone(), Some(opts)).await {
             Ok(s) => s,
             Err(e) => {
                 if !health(&mut healthy, false, unavailable(&cfg, e).to_string()) {
@@ -417,17 +365,17 @@ async fn watch_loop(
                     break;
                 }
             };
-            if resp.compact_revision() > 0 {
+            if resp.compact_revision > 0 {
                 tracing::warn!(
                     from = next,
-                    compacted = resp.compact_revision(),
+                    compacted = resp.compact_revision,
                     "etcd compacted the watched revision: relisting"
                 );
                 relist = true;
                 break;
             }
-            if resp.canceled() {
-                let reason = resp.cancel_reason().to_string();
+            if resp.canceled {
+                let reason = resp.cancel_reason.clone();
                 if !health(
                     &mut healthy,
                     false,
@@ -437,19 +385,19 @@ async fn watch_loop(
                 }
                 break;
             }
-            if resp.created() || !resp.events().is_empty() {
+            if resp.created || !resp.events.is_empty() {
                 backoff = Duration::from_millis(100);
                 if !health(&mut healthy, true, "etcd watch established".into()) {
                     return;
                 }
             }
             let mut batch: Option<(Revision, Vec<Change>)> = None;
-            for ev in resp.events() {
-                let Some(kv) = ev.kv() else { continue };
-                let rev = kv.mod_revision();
-                let key = String::from_utf8_lossy(kv.key()).to_string();
-                let change = match ev.event_type() {
-                    EventType::Put => match decode(&cfg.prefix, &key, kv.value()) {
+            for ev in &resp.events {
+                let Some(kv) = &ev.kv else { continue };
+                let rev = kv.mod_revision;
+                let key = String::from_utf8_lossy(&kv.key).to_string();
+                let change = match ev.r#type() {
+                    EventType::Put => match decode(&cfg.prefix, &key, &kv.value) {
                         Ok(r) => Change::Put(r),
                         Err(e) => {
                             tracing::error!(error = %e, "ignoring an unreadable etcd record");
@@ -484,10 +432,10 @@ async fn watch_loop(
                     return;
                 }
             }
-            if let Some(h) = resp.header() {
+            if let Some(h) = &resp.header {
                 // Progress notifications carry the current revision with no events.
-                if resp.events().is_empty() && !resp.created() && h.revision() >= next {
-                    next = h.revision() + 1;
+                if resp.events.is_empty() && !resp.created && h.revision >= next {
+                    next = h.revision + 1;
                 }
             }
         }
@@ -527,7 +475,7 @@ impl EtcdStore {
                         .map_err(|e| StoreError::Transaction(e.to_string()))?;
                     ops.push(TxnOp::put(full.clone(), bytes, None));
                 }
-                Change::Delete(_) => ops.push(TxnOp::delete(full.clone(), None)),
+                Change::Delete(_) => ops.push(TxnOp::delete(full.clone())),
             }
             reads.push(TxnOp::get(full.clone(), None));
             keys.push((full, g.expected));
@@ -539,22 +487,15 @@ impl EtcdStore {
         let txn = Txn::new().when(compares).and_then(ops).or_else(reads);
         let client = self.client.clone();
         let cfg = self.cfg.clone();
-        let resp = self.block(async move {
-            retry_unsent(|| {
-                let mut c = client.clone();
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await
-            .map_err(|e| unavailable(&cfg, e))
-        })??;
-        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if resp.succeeded() {
+        let resp =
+            self.block(async move { client.txn(txn).await.map_err(|e| unavailable(&cfg, e)) })??;
+        let revision = resp.revision();
+        if resp.succeeded {
             return Ok(revision);
         }
         let responses = resp.op_responses();
         if let (Some((key, rev)), Some(TxnOpResponse::Get(g))) = (&fence, responses.last()) {
-            let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+            let found = g.kvs.first().map(|kv| kv.mod_revision).unwrap_or(0);
             if found != *rev {
                 return Err(StoreError::NotLeader(format!(
                     "this replica's leadership (generation {rev}) ended: {key} is {}",
@@ -569,7 +510,7 @@ impl EtcdStore {
         // Name the first key whose revision moved.
         for (op, (key, expected)) in responses.into_iter().zip(keys) {
             if let TxnOpResponse::Get(g) = op {
-                let found = g.kvs().first().map(|kv| kv.mod_revision()).unwrap_or(0);
+                let found = g.kvs.first().map(|kv| kv.mod_revision).unwrap_or(0);
                 if found != expected {
                     return Err(StoreError::Conflict {
                         key,

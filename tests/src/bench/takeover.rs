@@ -74,7 +74,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         kills: arg_value(args, "--kills", 10)?,
         switches: arg_value(args, "--switches", 3)?,
         replicas: arg_value(args, "--replicas", 3)?,
-        leader_ttl: arg_value(args, "--leader-ttl", 1)?,
+        leader_ttl: arg_value(args, "--leader-ttl", 2)?,
     };
     if s.replicas < 2 {
         return Err("--replicas: at least 2 (a leader and a standby)".into());
@@ -260,6 +260,8 @@ pub async fn run(s: &Settings, say: impl Fn(String)) -> Result<Report, String> {
             "/bench/",
             "--replica-id",
             &id,
+            "--etcd-election-timeout",
+            crate::etcd::ELECTION_TIMEOUT_MS,
             "--leader-ttl",
             &s.leader_ttl.to_string(),
             "--egress-dns-server",
