@@ -2,11 +2,11 @@
 # Installs the Debian packages flowmesh's tests and demo need, when they are missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
-# protobuf-compiler + libprotobuf-dev: the etcd-client crate compiles etcd's protos at build time;
+# No protoc: the workspace compiles its .proto files with protox (tests/tests/build_without_protoc.rs).
 # etcd-server + etcd-client (etcdctl): the etcd datastore tests run a real 3-member cluster; arping: the shim's
 # gratuitous ARP for egress IPs; containernetworking-plugins + iptables: portmap and bandwidth chained after flowmesh-cni.
 pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
-    protobuf-compiler libprotobuf-dev etcd-server etcd-client containernetworking-plugins iptables)
+    etcd-server etcd-client containernetworking-plugins iptables)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
