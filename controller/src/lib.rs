@@ -1,32 +1,27 @@
-//! flowmesh controller library: state backends, the core (model, pipeline, reconcilers), the
-//! gRPC services and metrics.
+//! flowmesh controller library. Data flows one way, and so do the imports (docs/architecture.md
+//! has the layer table a test enforces):
+//!
+//! * [`api`]: what the outside world calls — the admin and node gRPC services, auth, the
+//!   node's egress watch, the Kubernetes master's reactions;
+//! * [`resources`]: one place per feature (nodes/namespaces/pods and NETIDs, NetworkPolicy,
+//!   egress IPs, egress firewall and its DNS names, multicast, `apply -f`): conversion from the
+//!   outside shape, validation and the mutation of the model;
+//! * [`core`]: the actor that owns the model and pipeline, its effects, its store writer;
+//! * [`switches`]: the OpenFlow listener adapter, one reconciler per switch, bundle plans;
+//! * [`ha`]: leadership among replicas (etcd or a Lease) behind one interface;
+//! * [`state`]: storage only (embedded redb, etcd, Kubernetes);
+//! * [`observe`], [`error`]: metrics, switch status and the API error, used everywhere.
+//!
+//! The outside shapes (Kubernetes/OpenShift objects, manifests) are the `kinds` crate;
+//! [`server`] assembles everything for `flowmesh-controller`.
 
-pub mod apply;
-pub mod auth;
-pub mod certs;
-pub mod cli;
+pub mod api;
 pub mod core;
-pub mod egress_api;
-pub mod egress_dns;
-pub mod egress_firewall;
-pub mod egress_watch;
 pub mod error;
-pub mod grpc;
 pub mod ha;
-pub mod ha_kube;
-pub mod kube_sync;
-pub mod link;
-pub mod manifest;
-pub mod metrics;
-pub mod multicast_api;
-pub mod netpol;
-pub mod openshift;
-pub mod ops;
-pub mod plan;
-pub mod policy_api;
-pub mod policy_ops;
-pub mod reconciler;
+pub mod identity;
+pub mod observe;
+pub mod resources;
 pub mod server;
 pub mod state;
-pub mod store_sync;
 pub mod switches;

@@ -1,10 +1,10 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
 //! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
 
-use crate::auth::{AuthzLayer, NodeGuard};
+use crate::api::auth::{AuthzLayer, NodeGuard};
+use crate::api::grpc::AdminService;
 use crate::core::{Core, CoreConfig, CoreHandle};
-use crate::grpc::AdminService;
-use crate::metrics::Metrics;
+use crate::observe::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ pub struct ServerConfig {
     /// certificates (PEM files). None: plain TCP.
     pub openflow_tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// The egress firewall's DNS resolver.
-    pub egress_dns: crate::egress_dns::DnsConfig,
+    pub egress_dns: crate::resources::egress_firewall::dns::DnsConfig,
     /// Where desired state lives (None: the embedded database in `data_dir`).
     pub etcd: Option<crate::state::etcd::EtcdConfig>,
     /// The Kubernetes datastore (`--datastore kubernetes`; exclusive with `etcd`).
@@ -228,8 +228,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             let s = Arc::new(s);
             // The Cluster Network Operator's Network objects, where they exist, say what the
             // cluster network is.
-            let base = cluster.clone().unwrap_or_else(crate::core::default_config);
-            if let Some(c) = crate::kube_sync::openshift_network_config(s.client(), &base)
+            let base = cluster.clone().unwrap_or_else(crate::state::default_config);
+            if let Some(c) = crate::api::kube_sync::openshift_network_config(s.client(), &base)
                 .await
                 .map_err(crate::state::StoreError::Unavailable)?
             {
@@ -352,13 +352,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         ..Default::default()
     };
     if let Some(ks) = &kube_store {
-        let lease = crate::ha_kube::LeaseConfig {
+        let lease = crate::ha::lease::LeaseConfig {
             namespace: ks.namespace().to_string(),
             name: "flowmesh-controller".into(),
             id: replica_id.clone(),
             duration: Duration::from_secs(cfg.leader_ttl_secs.max(1) as u64),
         };
-        leadership.set_registry(crate::ha::Registry::Kube(crate::ha_kube::KubeRegistry {
+        leadership.set_registry(Arc::new(crate::ha::lease::KubeRegistry {
             client: ks.client(),
             namespace: lease.namespace.clone(),
             lease: lease.name.clone(),
@@ -366,7 +366,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         }));
         servers.push((
             "leader election",
-            tokio::spawn(crate::ha_kube::run(
+            tokio::spawn(crate::ha::lease::run(
                 ks.client(),
                 lease,
                 me.clone(),
@@ -377,32 +377,32 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         ));
         servers.push((
             "kubernetes reactions",
-            tokio::spawn(crate::kube_sync::run(
+            tokio::spawn(crate::api::kube_sync::run(
                 core.clone(),
                 ks.clone(),
                 leadership.clone(),
                 stop_rx.clone(),
             )),
         ));
-        tokio::spawn(crate::kube_sync::forward_refusals(
+        tokio::spawn(crate::api::kube_sync::forward_refusals(
             core.clone(),
-            crate::kube_sync::Events::new(ks.client(), replica_id.clone()),
+            crate::api::kube_sync::Events::new(ks.client(), replica_id.clone()),
             leadership.clone(),
         ));
     }
     if let Some(es) = &etcd_store {
         let id = replica_id.clone();
-        leadership.set_registry(crate::ha::Registry::Etcd {
+        leadership.set_registry(Arc::new(crate::ha::etcd::EtcdRegistry {
             client: Box::new(es.client()),
-            prefix: crate::ha::ha_prefix(es.prefix()),
+            prefix: crate::ha::etcd::ha_prefix(es.prefix()),
             id: id.clone(),
-        });
+        }));
         servers.push((
             "leader election",
-            tokio::spawn(crate::ha::run(
+            tokio::spawn(crate::ha::etcd::run(
                 es.client(),
-                crate::ha::ha_prefix(es.prefix()),
-                crate::ha::HaConfig {
+                crate::ha::etcd::ha_prefix(es.prefix()),
+                crate::ha::etcd::HaConfig {
                     id,
                     ttl_secs: cfg.leader_ttl_secs,
                 },
@@ -413,7 +413,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             )),
         ));
     }
-    tokio::spawn(crate::egress_dns::run(core.clone(), cfg.egress_dns.clone()));
+    tokio::spawn(crate::resources::egress_firewall::dns::run(
+        core.clone(),
+        cfg.egress_dns.clone(),
+    ));
     tokio::spawn(async move {
         // The listener accepts for as long as it lives.
         let _listener = of;

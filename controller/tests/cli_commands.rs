@@ -532,8 +532,8 @@ impl Admin for Fake {
     ) -> Result<Response<admin::ApplyReply>, Status> {
         let yaml = r.into_inner().yaml;
         self.record(Got::Apply(yaml.clone()));
-        let objects = controller::manifest::parse(&yaml)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let objects =
+            kinds::manifest::parse(&yaml).map_err(|e| Status::invalid_argument(e.to_string()))?;
         if objects.iter().any(|o| o.describe() == "namespace/taken") {
             return Err(Status::invalid_argument(
                 "document 1 (Namespace \"taken\"): netid 5 is in use by namespace \"red\"",
@@ -756,7 +756,7 @@ impl Run {
 }
 
 fn ctl(args: &[&str], stdin: Option<&str>) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"));
+    let mut cmd = Command::new(flowmesh_tests::bins::flowmeshctl());
     cmd.args(args)
         .env_remove("FLOWMESH_SERVER")
         .stdin(if stdin.is_some() {
@@ -1544,7 +1544,7 @@ fn unreachable_server() {
         "{err}"
     );
     // FLOWMESH_SERVER is honoured, and host:port gets http://.
-    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
         .args(["namespace", "create", "x"])
         .env("FLOWMESH_SERVER", format!("127.0.0.1:{port}"))
         .output()
@@ -1556,7 +1556,7 @@ fn unreachable_server() {
 #[test]
 fn flowmesh_server_env_reaches_the_fake() {
     let s = Server::start();
-    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
         .args(["get", "netns", "red", "-o", "json"])
         .env("FLOWMESH_SERVER", &s.url)
         .output()

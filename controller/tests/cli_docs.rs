@@ -174,7 +174,7 @@ fn line_matches(want: &str, got: &str) -> bool {
 }
 
 fn flowmeshctl(server: &str, dir: &Path, args: &[String]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
         .args(args)
         .current_dir(dir)
         .env("FLOWMESH_SERVER", server)

@@ -267,7 +267,7 @@ async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
     let mut cfg = EtcdConfig::new(&cluster.endpoints()).expect("config");
     cfg.prefix = "/fence/".into();
     let store = std::sync::Arc::new(EtcdStore::connect(cfg).expect("connect"));
-    let leader_key = controller::ha::ha_prefix("/fence/") + "leader";
+    let leader_key = controller::ha::etcd::ha_prefix("/fence/") + "leader";
     cluster
         .etcdctl(&["put", &leader_key, "{\"id\":\"old\",\"lease\":0}"])
         .expect("put");
@@ -289,7 +289,7 @@ async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
         let n = n.to_string();
         std::thread::spawn(move || {
             let mut m =
-                topology::ClusterModel::new(controller::core::default_config()).expect("model");
+                topology::ClusterModel::new(controller::state::default_config()).expect("model");
             m.add_namespace(&n).expect("namespace");
             let change = controller::core::namespace_change(&m, &n);
             let g = [controller::state::Guarded {

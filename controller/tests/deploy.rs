@@ -1,4 +1,4 @@
-//! `deploy/`: the CRDs there are exactly what `controller::openshift` generates (regenerate with
+//! `deploy/`: the CRDs there are exactly what `kinds::openshift` generates (regenerate with
 //! `FLOWMESH_BLESS=1 cargo test -p controller --test deploy`, or
 //! `flowmesh-controller --print-crds > deploy/crds.yaml`), and every YAML document in `deploy/`
 //! parses as its typed Kubernetes object with no unknown field. The OpenShift types read what
@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use controller::openshift::{self, HostSubnet, NetNamespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kinds::openshift::{self, HostSubnet, NetNamespace};
 use serde::Deserialize;
 
 fn deploy_dir() -> PathBuf {

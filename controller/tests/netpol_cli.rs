@@ -40,7 +40,7 @@ impl Run {
 }
 
 fn ctl(ctl: &Controller, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
         .arg("--server")
         .arg(format!("http://{}", ctl.grpc))
         .args(args)

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match controller::manifest::parse_documents(text) {
+    match kinds::manifest::parse_documents(text) {
         Ok(docs) => {
             for d in &docs {
                 assert!(d.index >= 1);

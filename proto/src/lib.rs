@@ -16,3 +16,16 @@ pub mod node {
 /// Encoded `FileDescriptorSet` of both APIs, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/flowmesh_descriptor.bin"));
+
+/// The certificate names both APIs trust (docs/security.md): the controller authorizes by
+/// them and `flowmeshctl certs` writes them.
+pub mod identity {
+    /// Common name prefix of node certificates (`system:node:NAME`).
+    pub const NODE_CN_PREFIX: &str = "system:node:";
+    /// Organization of node certificates.
+    pub const NODES_GROUP: &str = "system:nodes";
+    /// Organization of admin certificates (every admin RPC).
+    pub const ADMIN_GROUP: &str = "flowmesh:admin";
+    /// Organization of read-only admin certificates.
+    pub const READ_ONLY_GROUP: &str = "flowmesh:read-only";
+}

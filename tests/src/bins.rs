@@ -92,3 +92,21 @@ pub fn clean_cargo_env(cmd: &mut Command) {
         }
     }
 }
+
+/// `flowmeshctl` (its own crate, so not a `CARGO_BIN_EXE_*` of the controller's tests):
+/// `$FLOWMESH_BIN_DIR/flowmeshctl` if set, else built once with `cargo build -p flowmeshctl`.
+pub fn flowmeshctl() -> PathBuf {
+    static CTL: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
+        std::sync::OnceLock::new();
+    let dir = CTL.get_or_init(|| {
+        locate_or_build(
+            "FLOWMESH_BIN_DIR",
+            &["-p", "flowmeshctl", "--bin", "flowmeshctl"],
+            &["flowmeshctl"],
+        )
+    });
+    match dir {
+        Ok(d) => d.join("flowmeshctl"),
+        Err(e) => panic!("flowmeshctl: {e}"),
+    }
+}

@@ -3,7 +3,7 @@
 //! probes between namespaces (connect with a deadline, a listener that records peers).
 //!
 //! The controller binaries come from [`controller_bins`]: `$FLOWMESH_CONTROLLER_BIN_DIR` if
-//! set, else `cargo build -p controller --bin flowmesh-controller --bin flowmeshctl` into this
+//! set, else `cargo build -p controller -p flowmeshctl --bin flowmesh-controller --bin flowmeshctl` into this
 //! test's own target directory (a no-op when fresh), once per test process -- the same rule
 //! as [`crate::cni::shim_bins`], so both use binaries of the same build.
 //!
@@ -58,6 +58,8 @@ fn locate_or_build() -> std::result::Result<ControllerBins, String> {
         &[
             "-p",
             "controller",
+            "-p",
+            "flowmeshctl",
             "--bin",
             "flowmesh-controller",
             "--bin",

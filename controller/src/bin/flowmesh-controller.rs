@@ -189,7 +189,7 @@ fn leader_ttl(args: &Args) -> Result<i64, String> {
             return Err("--etcd-election-timeout 0: give etcd's --election-timeout in milliseconds (etcd's default: 1000)".into());
         }
         let e = std::time::Duration::from_millis(args.etcd_election_timeout);
-        let min = controller::ha::min_safe_ttl_secs(e);
+        let min = controller::ha::etcd::min_safe_ttl_secs(e);
         if args.leader_ttl < min {
             return Err(format!(
                 "--leader-ttl {}: too short for etcd members with an election timeout of {} ms; \
@@ -261,7 +261,9 @@ async fn termination() -> &'static str {
 }
 
 /// The egress firewall resolver's settings from the flags.
-fn flowmesh_controller_dns(args: &Args) -> Result<controller::egress_dns::DnsConfig, String> {
+fn flowmesh_controller_dns(
+    args: &Args,
+) -> Result<controller::resources::egress_firewall::dns::DnsConfig, String> {
     let server = match &args.egress_dns_server {
         None => None,
         Some(s) => Some(
@@ -275,7 +277,7 @@ fn flowmesh_controller_dns(args: &Args) -> Result<controller::egress_dns::DnsCon
                 })?,
         ),
     };
-    Ok(controller::egress_dns::DnsConfig {
+    Ok(controller::resources::egress_firewall::dns::DnsConfig {
         server,
         ttl_floor: seconds("--egress-dns-ttl-floor", args.egress_dns_ttl_floor)?,
         ttl_ceiling: seconds("--egress-dns-ttl-ceiling", args.egress_dns_ttl_ceiling)?,
@@ -286,7 +288,7 @@ fn flowmesh_controller_dns(args: &Args) -> Result<controller::egress_dns::DnsCon
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.print_crds {
-        return match controller::openshift::crds_yaml() {
+        return match kinds::openshift::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS

@@ -75,7 +75,7 @@ pub struct EtcdStore {
     client: Client,
     cfg: EtcdConfig,
     /// While this replica leads: the leader key and revision every write is compared with.
-    fence: crate::ha::Fence,
+    fence: crate::state::Fence,
 }
 
 impl Drop for EtcdStore {
@@ -164,7 +164,7 @@ impl EtcdStore {
             rt: Some(rt),
             client,
             cfg,
-            fence: crate::ha::Fence::default(),
+            fence: crate::state::Fence::default(),
         })
     }
 
@@ -192,7 +192,7 @@ impl EtcdStore {
     }
 
     /// The fence the leader election sets while this replica leads.
-    pub fn fence(&self) -> crate::ha::Fence {
+    pub fn fence(&self) -> crate::state::Fence {
         self.fence.clone()
     }
 }

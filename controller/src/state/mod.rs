@@ -11,11 +11,13 @@
 
 mod embedded;
 pub mod etcd;
+mod fence;
 pub mod kube;
 mod records;
 
 pub use embedded::EmbeddedStore;
-pub use records::{CursorsRecord, Record, RecordKey};
+pub use fence::Fence;
+pub use records::{default_config, CursorsRecord, DnsRecord, Record, RecordKey};
 
 /// A store revision: etcd's revision, a Kubernetes resourceVersion, the embedded store's commit
 /// counter. Revisions only grow; `0` means "none" (a record not stored yet, or a backend that

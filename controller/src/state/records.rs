@@ -2,6 +2,7 @@
 //! change writes only what it touched.
 
 use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
 use topology::model::{EgressSnapshot, NamespaceInfo, NetworkPolicy, NodeRecord, PodRecord};
 use topology::ClusterNetworkConfig;
 
@@ -36,7 +37,7 @@ pub enum Record {
     /// A project's EgressNetworkPolicy.
     EgressNetworkPolicy(topology::model::EgressFirewall),
     /// The last resolved addresses of an egress firewall's DNS name.
-    EgressDns(crate::egress_firewall::DnsRecord),
+    EgressDns(DnsRecord),
 }
 
 /// The key of a record: its kind and name.
@@ -126,6 +127,29 @@ impl Record {
             Record::EgressNetworkPolicy(f) => RecordKey::EgressNetworkPolicy(f.namespace.clone()),
             Record::EgressDns(d) => RecordKey::EgressDns(d.name.clone()),
         }
+    }
+}
+
+/// The stored record of a name's addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsRecord {
+    /// The name.
+    pub name: String,
+    /// Its addresses.
+    pub addresses: Vec<Ipv4Addr>,
+}
+
+/// The embedded default cluster network: OpenShift's defaults, multitenant.
+pub fn default_config() -> ClusterNetworkConfig {
+    ClusterNetworkConfig {
+        cluster_networks: vec![topology::ClusterNetworkEntry {
+            cidr: topology::Ipv4Cidr::new(std::net::Ipv4Addr::new(10, 128, 0, 0), 14),
+            host_prefix: 23,
+        }],
+        service_network: topology::Ipv4Cidr::new(std::net::Ipv4Addr::new(172, 30, 0, 0), 16),
+        mode: topology::Mode::Multitenant,
+        vxlan_port: topology::config::DEFAULT_VXLAN_PORT,
+        mtu: topology::config::DEFAULT_MTU,
     }
 }
 

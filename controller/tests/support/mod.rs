@@ -309,7 +309,7 @@ impl Run {
 
 /// Run the real `flowmeshctl` against `server` (`--server` is passed first).
 pub fn ctl(server: SocketAddr, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
+    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
         .arg("--server")
         .arg(server.to_string())
         .args(args)

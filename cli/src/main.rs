@@ -1,0 +1,4 @@
+//! flowmeshctl: the command-line client of flowmesh-controller (see docs/cli.md).
+fn main() {
+    flowmeshctl::main();
+}

@@ -1,4 +1,0 @@
-//! flowmeshctl: the command-line client of flowmesh-controller (see docs/cli.md).
-fn main() {
-    controller::cli::main();
-}

@@ -1,0 +1,225 @@
+//! The store writer (group commit of the records mutations produce) and the dispatcher that
+//! sends flows to the reconcilers in mutation order, each batch after its write is stored.
+
+use super::CoreCmd;
+use crate::core::store_sync::Revisions;
+use crate::error::ApiError;
+use crate::observe::Metrics;
+use crate::state::{Change, Guarded, StateBackend, StoreError, WatchEvent};
+use crate::switches::reconciler::{Ack, ReconcileCmd, ReconcilerHandle};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use topology::FlowSet;
+
+/// A batch of records to make durable, and who waits for it.
+pub(super) struct WriteJob {
+    pub(super) changes: Vec<Change>,
+    pub(super) done: oneshot::Sender<Result<(), ApiError>>,
+    /// The controller's own change (egress failover, DNS results): stored only under this
+    /// replica's leadership (the store's fence), never by a standby or a deposed leader.
+    pub(super) leader_only: bool,
+}
+
+/// What the store writer is asked to do.
+pub(super) enum WriterCmd {
+    /// Store a batch.
+    Write(WriteJob),
+    /// The core relisted after a failed write: writes are accepted again.
+    Resynced,
+}
+
+pub(super) fn lock_slot<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Revisions shared by the core and the store writer.
+pub(super) type SharedRevisions = Arc<std::sync::Mutex<Revisions>>;
+
+pub(super) fn revisions(r: &SharedRevisions) -> std::sync::MutexGuard<'_, Revisions> {
+    // A panic elsewhere while holding the lock leaves plain data: keep using it.
+    r.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The store writer: group-commits every job queued while the previous commit ran, so
+/// durability costs one sync per batch rather than per change, and runs beside the switch
+/// programming instead of before it.
+pub(super) async fn store_writer(
+    store: Arc<dyn StateBackend>,
+    mut rx: mpsc::UnboundedReceiver<WriterCmd>,
+    core: mpsc::UnboundedSender<CoreCmd>,
+    revs: SharedRevisions,
+    watched: bool,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = Vec::new();
+        let mut next = Some(first);
+        while let Some(cmd) = next.take().or_else(|| rx.try_recv().ok()) {
+            match cmd {
+                WriterCmd::Write(j) => jobs.push(j),
+                WriterCmd::Resynced => {
+                    // Jobs before the marker were built on the model before the relist.
+                    fail_draining(&revs, std::mem::take(&mut jobs));
+                    revisions(&revs).draining = false;
+                }
+            }
+        }
+        if jobs.is_empty() {
+            continue;
+        }
+        if revisions(&revs).draining {
+            fail_draining(&revs, jobs);
+            continue;
+        }
+        // API changes and the leader's own are separate transactions: only the latter must
+        // carry the leadership fence.
+        let (leader_jobs, jobs): (Vec<WriteJob>, Vec<WriteJob>) =
+            jobs.into_iter().partition(|j| j.leader_only);
+        for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
+            if !group.is_empty() {
+                write_group(&store, group, leader_only, &core, &revs, watched, &metrics).await;
+            }
+        }
+    }
+}
+
+/// Store one group of jobs in one transaction and answer them.
+pub(super) async fn write_group(
+    store: &Arc<dyn StateBackend>,
+    jobs: Vec<WriteJob>,
+    leader_only: bool,
+    core: &mpsc::UnboundedSender<CoreCmd>,
+    revs: &SharedRevisions,
+    watched: bool,
+    metrics: &Metrics,
+) {
+    let changes: Vec<Change> = jobs
+        .iter()
+        .flat_map(|j| j.changes.iter().cloned())
+        .collect();
+    let guarded: Vec<Guarded> = {
+        let r = revisions(revs);
+        changes
+            .iter()
+            .map(|c| Guarded {
+                expected: r.expected(&c.key()),
+                change: c.clone(),
+            })
+            .collect()
+    };
+    let st = store.clone();
+    let t = std::time::Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        if leader_only {
+            st.apply_guarded_leader(&guarded)
+        } else {
+            st.apply_guarded(&guarded)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
+    metrics.phase_store.observe(t.elapsed());
+    tracing::debug!(
+        jobs = jobs.len(),
+        micros = t.elapsed().as_micros() as u64,
+        "state stored"
+    );
+    let not_leader = matches!(result, Err(StoreError::NotLeader(_)));
+    let released = revisions(revs).end(&changes, result.as_ref().ok().copied());
+    if !released.is_empty() {
+        let _ = core.send(CoreCmd::Store(released_event(released)));
+    }
+    let r = result.map(|_| ()).map_err(|e| match e {
+            StoreError::NotLeader(_) => ApiError::Unavailable(format!(
+                "the change was not stored: {e}; another replica leads now: retry"
+            )),
+            StoreError::Conflict { .. } => ApiError::Aborted(format!(
+                "the change was not stored: {e}; another controller replica changed the same objects; retry"
+            )),
+            // With a shared store a timed-out write may still commit: the message says so.
+            e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
+            e => ApiError::Unavailable(format!("the change was not stored: {e}")),
+        });
+    if r.is_err() {
+        if watched {
+            // Nothing of this batch was acknowledged; the core relists what is stored and
+            // every write queued meanwhile is refused (it was built on the same model).
+            tracing::error!("storing changes failed; relisting the store");
+            revisions(revs).draining = true;
+            let down = match (&r, &not_leader) {
+                (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),
+                _ => None,
+            };
+            let _ = core.send(CoreCmd::Relist(down));
+        } else {
+            // Nothing of this batch was acknowledged; the core reloads what is stored.
+            tracing::error!("storing changes failed; reloading state from the store");
+            let _ = core.send(CoreCmd::Reload);
+        }
+    }
+    for j in jobs {
+        let _ = j.done.send(r.clone());
+    }
+}
+
+/// Flows to send once a write is stored (shared stores only).
+pub(super) struct Dispatch {
+    /// The store write to wait for (None: send at once, in order).
+    pub(super) write: Option<oneshot::Receiver<Result<(), ApiError>>>,
+    /// What to send to which reconciler.
+    pub(super) sends: Vec<(ReconcilerHandle, FlowSet, Option<Ack>)>,
+    /// Who learns the write's result.
+    pub(super) result: Option<oneshot::Sender<Result<(), ApiError>>>,
+}
+
+/// Sends flows in mutation order, each batch after its store write succeeded.
+pub(super) async fn dispatcher(mut rx: mpsc::UnboundedReceiver<Dispatch>) {
+    while let Some(d) = rx.recv().await {
+        let r = match d.write {
+            Some(w) => w
+                .await
+                .unwrap_or_else(|_| Err(ApiError::Unavailable("the store writer stopped".into()))),
+            None => Ok(()),
+        };
+        if r.is_ok() {
+            for (h, flows, ack) in d.sends {
+                let _ = h.tx.send(ReconcileCmd::Desired { flows, ack });
+            }
+        }
+        if let Some(t) = d.result {
+            let _ = t.send(r);
+        }
+    }
+}
+
+/// Refuse jobs queued on a model that a failed write made stale.
+pub(super) fn fail_draining(revs: &SharedRevisions, jobs: Vec<WriteJob>) {
+    for j in jobs {
+        let down = {
+            let mut r = revisions(revs);
+            r.end(&j.changes, None);
+            r.store_down.clone()
+        };
+        let _ = j.done.send(Err(match down {
+            Some(why) => ApiError::Unavailable(format!(
+                "the change was not stored: the store is unavailable ({why}); retry when it is back"
+            )),
+            None => ApiError::Aborted(
+                "the change was not stored: an earlier change failed and the controller is re-reading the store; retry".into(),
+            ),
+        }));
+    }
+}
+
+/// Watched changes released after a local write, as one event per revision.
+pub(super) fn released_event(released: Vec<(crate::state::Revision, Change)>) -> Vec<WatchEvent> {
+    let mut by_rev: BTreeMap<crate::state::Revision, Vec<Change>> = BTreeMap::new();
+    for (r, c) in released {
+        by_rev.entry(r).or_default().push(c);
+    }
+    by_rev
+        .into_iter()
+        .map(|(revision, changes)| WatchEvent::Changes { revision, changes })
+        .collect()
+}

@@ -1,0 +1,212 @@
+//! Prometheus metrics in the text exposition format (version 0.0.4), rendered by hand from
+//! atomics: controller-wide counters here, per-switch gauges from each switch's status.
+
+use super::switch_status::SwitchStatus;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Add one.
+    pub fn inc(&self) {
+        self.inc_by(1);
+    }
+    /// Add `n`.
+    pub fn inc_by(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Sync latency bucket bounds, seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// A running total of time spent in one phase of a change (count and sum, no buckets).
+#[derive(Debug, Default)]
+pub struct PhaseTime {
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl PhaseTime {
+    /// Record one occurrence that took `d`.
+    pub fn observe(&self, d: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Controller-wide metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Flow and group mods sent to switches.
+    pub flow_mods_sent: Counter,
+    /// Errors from switches (refused changes, failed reads, disconnects mid-sync).
+    pub switch_errors: Counter,
+    /// Acknowledged API mutations.
+    pub api_mutations: Counter,
+    /// Core: the model change and the flows recomputed for it (one per API mutation).
+    pub phase_compute: PhaseTime,
+    /// Store writer: one durable commit (one per group of changes written together).
+    pub phase_store: PhaseTime,
+    /// Reconciler: diff of installed and desired flows and the plan of the change.
+    pub phase_diff: PhaseTime,
+    /// Reconciler: the bundle written to the switch until its acknowledgement.
+    pub phase_switch: PhaseTime,
+    sync_buckets: [AtomicU64; BUCKETS.len()],
+    sync_count: AtomicU64,
+    sync_sum_us: AtomicU64,
+}
+
+impl Metrics {
+    /// Record one successful sync's latency.
+    pub fn observe_sync(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if s <= *b {
+                self.sync_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sync_count.fetch_add(1, Ordering::Relaxed);
+        self.sync_sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// The exposition text, with per-switch gauges from `switches`.
+    pub fn render(&self, switches: &[Arc<SwitchStatus>]) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_flow_mods_sent_total Flow and group mods sent to switches."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_flow_mods_sent_total counter");
+        let _ = writeln!(
+            o,
+            "flowmesh_flow_mods_sent_total {}",
+            self.flow_mods_sent.get()
+        );
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_switch_errors_total Errors reported by or about switches."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_switch_errors_total counter");
+        let _ = writeln!(
+            o,
+            "flowmesh_switch_errors_total {}",
+            self.switch_errors.get()
+        );
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_api_mutations_total Acknowledged API changes."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_api_mutations_total counter");
+        let _ = writeln!(
+            o,
+            "flowmesh_api_mutations_total {}",
+            self.api_mutations.get()
+        );
+        let _ = writeln!(o, "# HELP flowmesh_sync_latency_seconds Diff, bundle and barrier round trip of one switch sync.");
+        let _ = writeln!(o, "# TYPE flowmesh_sync_latency_seconds histogram");
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "flowmesh_sync_latency_seconds_bucket{{le=\"{b}\"}} {}",
+                self.sync_buckets[i].load(Ordering::Relaxed)
+            );
+        }
+        let count = self.sync_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            o,
+            "flowmesh_sync_latency_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            o,
+            "flowmesh_sync_latency_seconds_sum {}",
+            self.sync_sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(o, "flowmesh_sync_latency_seconds_count {count}");
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_phase_seconds Time spent per phase of a change: compute (model change and flow recompute), store (durable commit), diff (reconciler diff and plan), switch (bundle until acknowledged)."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_phase_seconds summary");
+        for (phase, t) in [
+            ("compute", &self.phase_compute),
+            ("store", &self.phase_store),
+            ("diff", &self.phase_diff),
+            ("switch", &self.phase_switch),
+        ] {
+            let _ = writeln!(
+                o,
+                "flowmesh_phase_seconds_sum{{phase=\"{phase}\"}} {}",
+                t.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                o,
+                "flowmesh_phase_seconds_count{{phase=\"{phase}\"}} {}",
+                t.count.load(Ordering::Relaxed)
+            );
+        }
+        let connected = switches
+            .iter()
+            .filter(|s| s.connected.load(Ordering::Relaxed))
+            .count();
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_connected_switches Switches with an OpenFlow session."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_connected_switches gauge");
+        let _ = writeln!(o, "flowmesh_connected_switches {connected}");
+        type Gauge = fn(&SwitchStatus) -> u64;
+        let gauges: [(&str, &str, Gauge); 5] = [
+            (
+                "flowmesh_switch_flows_desired",
+                "Flows the switch should hold.",
+                |s| s.desired_flows.load(Ordering::Relaxed),
+            ),
+            (
+                "flowmesh_switch_flows_installed",
+                "Flows the switch holds.",
+                |s| s.installed_flows.load(Ordering::Relaxed),
+            ),
+            (
+                "flowmesh_switch_connected",
+                "1 when the switch is connected.",
+                |s| s.connected.load(Ordering::Relaxed) as u64,
+            ),
+            (
+                "flowmesh_switch_synced",
+                "1 when the switch holds exactly the desired flows.",
+                |s| s.synced.load(Ordering::Relaxed) as u64,
+            ),
+            ("flowmesh_switch_errors", "Errors of this switch.", |s| {
+                s.errors.load(Ordering::Relaxed)
+            }),
+        ];
+        for (name, help, f) in gauges {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} gauge");
+            for s in switches {
+                let dpid = s.dpid.load(Ordering::Relaxed);
+                let node = if s.unknown { "" } else { s.node.as_str() };
+                let _ = writeln!(
+                    o,
+                    "{name}{{node=\"{node}\",dpid=\"{dpid:#018x}\"}} {}",
+                    f(s)
+                );
+            }
+        }
+        o
+    }
+}

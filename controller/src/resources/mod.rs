@@ -1,0 +1,16 @@
+//! One place per feature: its conversion from the outside shape (through the `kinds` crate),
+//! its validation and its mutation of the model, run by the core as one operation.
+//!
+//! * [`nodes`]: nodes, namespaces, pods and the NETID operations (join, isolate, global);
+//! * [`network_policy`]: NetworkPolicy and the labels it selects on;
+//! * [`egress_ip`]: HostSubnet/NetNamespace egress IPs;
+//! * [`egress_firewall`]: EgressNetworkPolicy and the DNS names it resolves;
+//! * [`multicast`]: the multicast annotation;
+//! * [`apply`]: `apply -f`, every object of a manifest in one transaction.
+
+pub mod apply;
+pub mod egress_firewall;
+pub mod egress_ip;
+pub mod multicast;
+pub mod network_policy;
+pub mod nodes;

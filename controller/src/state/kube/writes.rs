@@ -1,0 +1,492 @@
+//! The object writes a batch of record changes becomes (create, replace, merge patch, delete,
+//! each with the resourceVersion it was planned on), and carrying one out against the API
+//! server (a conflict re-reads the object).
+
+use super::*;
+
+/// One write of an object.
+#[allow(clippy::large_enum_variant)] // short-lived, one per object write
+pub(super) enum Write {
+    HostSubnet(Op<HostSubnet>),
+    NetNamespace(Op<NetNamespace>),
+    Namespace(Op<Namespace>),
+    Pod(Op<Pod>),
+    NetworkPolicy(Op<K8sPolicy>),
+    EgressNetworkPolicy(Op<EgressNetworkPolicy>),
+    ConfigMap(Op<ConfigMap>),
+    ClusterNetwork(Op<ClusterNetwork>),
+}
+
+pub(super) enum Op<T> {
+    Create(T),
+    Replace(T),
+    /// A JSON merge patch carrying the resourceVersion it expects.
+    Merge(String, String, serde_json::Value),
+    /// Delete by namespace and name (absent is fine).
+    Delete(String, String),
+}
+
+/// The HostSubnet write that stores a node record (its allocation, datapath id and pod-IP
+/// cursor), keeping what else the object holds.
+pub(super) fn host_subnet_write(c: &Cache, n: &topology::model::NodeRecord) -> Write {
+    let (mut h, exists) = match c.host_subnet(&n.info.name) {
+        Some(h) => (h.clone(), true),
+        None => (
+            HostSubnet {
+                metadata: ObjectMeta {
+                    name: Some(n.info.name.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            false,
+        ),
+    };
+    h.host = n.info.name.clone();
+    h.host_ip = n.info.ip.to_string();
+    h.subnet = n.info.subnet.to_string();
+    let a = h.metadata.annotations.get_or_insert_with(Default::default);
+    a.insert(DPID.into(), format!("{:#018x}", n.info.dpid));
+    a.insert(POD_IP_CURSOR.into(), n.pod_ip_cursor.to_string());
+    Write::HostSubnet(if exists {
+        Op::Replace(h)
+    } else {
+        Op::Create(h)
+    })
+}
+
+/// A merge patch of labels from `from` to `to` (and the attachment annotation, if given),
+/// expecting resourceVersion `rv`.
+pub(super) fn labels_patch(
+    rv: &str,
+    from: &Labels,
+    to: &Labels,
+    attachment: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut labels = serde_json::Map::new();
+    for (k, v) in to {
+        if from.get(k) != Some(v) {
+            labels.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+    }
+    for k in from.keys() {
+        if !to.contains_key(k) {
+            labels.insert(k.clone(), serde_json::Value::Null);
+        }
+    }
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), rv.into());
+    if !labels.is_empty() {
+        meta.insert("labels".into(), labels.into());
+    }
+    if let Some(a) = attachment {
+        meta.insert("annotations".into(), serde_json::json!({ ATTACHMENT: a }));
+    }
+    serde_json::json!({ "metadata": meta })
+}
+
+pub(super) fn configmap_write(
+    c: &Cache,
+    ns: &str,
+    name: &str,
+    kind: &str,
+    data: BTreeMap<String, String>,
+) -> Write {
+    match c.get(Kind::ConfigMap, "", name) {
+        Some(Obj::ConfigMap(cur)) => {
+            let mut o = (**cur).clone();
+            o.data = Some(data);
+            Write::ConfigMap(Op::Replace(o))
+        }
+        _ => Write::ConfigMap(Op::Create(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(ns.to_string()),
+                labels: Some([(RECORD_LABEL.to_string(), kind.to_string())].into()),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Write an egress-IP state into the HostSubnets and NetNamespaces that differ from it.
+pub(super) fn egress_writes(c: &Cache, e: &EgressSnapshot, out: &mut Vec<Write>) {
+    for (k, o) in c.of_kind(Kind::HostSubnet) {
+        let Obj::HostSubnet(h) = o else { continue };
+        let want = e.nodes.get(&k.2).cloned().unwrap_or_default();
+        let (ips, cidrs): (Vec<String>, Vec<String>) = if want.egress_cidrs.is_empty() {
+            (
+                want.egress_ips.iter().map(ToString::to_string).collect(),
+                Vec::new(),
+            )
+        } else {
+            (
+                e.automatic
+                    .iter()
+                    .filter(|(_, n)| **n == k.2)
+                    .map(|(ip, _)| ip.to_string())
+                    .collect(),
+                want.egress_cidrs.iter().map(ToString::to_string).collect(),
+            )
+        };
+        let ips = (!ips.is_empty()).then_some(ips);
+        let cidrs = (!cidrs.is_empty()).then_some(cidrs);
+        if h.egress_ips != ips || h.egress_cidrs != cidrs {
+            let mut n = (**h).clone();
+            n.egress_ips = ips;
+            n.egress_cidrs = cidrs;
+            out.push(Write::HostSubnet(Op::Replace(n)));
+        }
+    }
+    for (k, o) in c.of_kind(Kind::NetNamespace) {
+        let Obj::NetNamespace(nn) = o else { continue };
+        let want: Option<Vec<String>> = e
+            .namespaces
+            .get(&k.2)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.iter().map(ToString::to_string).collect());
+        if nn.egress_ips != want {
+            let mut n = (**nn).clone();
+            n.egress_ips = want;
+            out.push(Write::NetNamespace(Op::Replace(n)));
+        }
+    }
+}
+
+/// A kube client from a kubeconfig file, or inferred (in-cluster, `$KUBECONFIG`).
+pub async fn client_for(path: Option<&std::path::Path>) -> Result<Client, StoreError> {
+    let config = match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                StoreError::Unavailable(format!("--kubeconfig {}: {e}", p.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("--kubeconfig {}: {e}", p.display()))
+                })?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "no Kubernetes configuration (not in a pod and no kubeconfig; give --kubeconfig): {e}"
+            ))
+        })?,
+    };
+    let mut config = config;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    Client::try_from(config).map_err(|e| StoreError::Unavailable(format!("Kubernetes client: {e}")))
+}
+
+/// Follow one kind into the cache until the runtime stops.
+pub(super) async fn follow<K, F>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    kind: Kind,
+    cache: Arc<Mutex<Cache>>,
+    to_obj: F,
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    F: Fn(K) -> Option<(ObjKey, Obj)>,
+{
+    use kube::runtime::WatchStreamExt;
+    let mut stream = watcher(api, cfg).default_backoff().boxed();
+    let mut init: Option<Vec<(ObjKey, Obj)>> = None;
+    while let Some(ev) = stream.next().await {
+        let mut c = lock(&cache);
+        match ev {
+            Ok(e) => {
+                if c.errors.contains_key(&kind) {
+                    c.set_error(kind, None);
+                }
+                match e {
+                    watcher::Event::Init => init = Some(Vec::new()),
+                    watcher::Event::InitApply(o) => {
+                        if let Some(x) = to_obj(o) {
+                            init.get_or_insert_with(Vec::new).push(x);
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        let objs = init.take().unwrap_or_default();
+                        c.reset(kind, objs, true);
+                    }
+                    watcher::Event::Apply(o) => {
+                        if let Some((k, x)) = to_obj(o) {
+                            c.set(k, Some(x), true);
+                        }
+                    }
+                    watcher::Event::Delete(o) => {
+                        if let Some((k, _)) = to_obj(o) {
+                            c.set(k, None, true);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(?kind, error = %e, "kubernetes watch");
+                c.set_error(kind, Some(e.to_string()));
+            }
+        }
+    }
+}
+
+/// Carry out one object write; the object as stored after it (None: deleted or absent).
+pub(super) async fn execute(
+    client: Client,
+    w: Write,
+) -> Result<Option<(ObjKey, Obj)>, (String, kube::Error)> {
+    async fn run<K>(
+        api_for: impl Fn(&str) -> Api<K>,
+        op: Op<K>,
+    ) -> Result<Option<K>, (String, kube::Error)>
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Serialize,
+        K::DynamicType: Default,
+    {
+        let pp = PostParams::default();
+        let what = |ns: &str, name: &str| {
+            let kind = K::kind(&Default::default()).to_string();
+            if ns.is_empty() {
+                format!("{kind} {name}")
+            } else {
+                format!("{kind} {ns}/{name}")
+            }
+        };
+        match op {
+            Op::Create(o) => {
+                let ns = o.meta().namespace.clone().unwrap_or_default();
+                let name = o.meta().name.clone().unwrap_or_default();
+                api_for(&ns)
+                    .create(&pp, &o)
+                    .await
+                    .map(Some)
+                    .map_err(|e| (format!("create {}", what(&ns, &name)), e))
+            }
+            Op::Replace(o) => {
+                let ns = o.meta().namespace.clone().unwrap_or_default();
+                let name = o.meta().name.clone().unwrap_or_default();
+                api_for(&ns)
+                    .replace(&name, &pp, &o)
+                    .await
+                    .map(Some)
+                    .map_err(|e| (format!("update {}", what(&ns, &name)), e))
+            }
+            Op::Merge(ns, name, patch) => api_for(&ns)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(Some)
+                .map_err(|e| (format!("patch {}", what(&ns, &name)), e)),
+            Op::Delete(ns, name) => {
+                match api_for(&ns).delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(None),
+                    Err(e) if is_not_found(&e) => Ok(None),
+                    Err(e) => Err((format!("delete {}", what(&ns, &name)), e)),
+                }
+            }
+        }
+    }
+    let c = client;
+    let cluster = |k: Kind, name: Option<String>| name.map(|n| (k, String::new(), n));
+    Ok(match w {
+        Write::HostSubnet(op) => run(|_| Api::<HostSubnet>::all(c.clone()), op)
+            .await?
+            .and_then(|h| {
+                cluster(Kind::HostSubnet, h.metadata.name.clone())
+                    .map(|k| (k, Obj::HostSubnet(Box::new(h))))
+            }),
+        Write::NetNamespace(op) => run(|_| Api::<NetNamespace>::all(c.clone()), op)
+            .await?
+            .and_then(|h| {
+                cluster(Kind::NetNamespace, h.metadata.name.clone())
+                    .map(|k| (k, Obj::NetNamespace(Box::new(h))))
+            }),
+        Write::ClusterNetwork(op) => run(|_| Api::<ClusterNetwork>::all(c.clone()), op)
+            .await?
+            .and_then(|h| {
+                cluster(Kind::ClusterNetwork, h.metadata.name.clone())
+                    .map(|k| (k, Obj::ClusterNetwork(Box::new(h))))
+            }),
+        Write::Namespace(op) => run(|_| Api::<Namespace>::all(c.clone()), op)
+            .await?
+            .map(|n| {
+                (
+                    (Kind::Namespace, String::new(), n.name_any()),
+                    Obj::Namespace(NsView {
+                        rv: meta_rv(&n.metadata),
+                        labels: labels_of(&n.metadata),
+                    }),
+                )
+            }),
+        Write::Pod(op) => run(|ns| Api::<Pod>::namespaced(c.clone(), ns), op)
+            .await?
+            .map(|p| {
+                (
+                    (Kind::Pod, p.namespace().unwrap_or_default(), p.name_any()),
+                    Obj::Pod(pod_view(&p)),
+                )
+            }),
+        Write::NetworkPolicy(op) => run(|ns| Api::<K8sPolicy>::namespaced(c.clone(), ns), op)
+            .await?
+            .map(|p| {
+                (
+                    (
+                        Kind::NetworkPolicy,
+                        p.namespace().unwrap_or_default(),
+                        p.name_any(),
+                    ),
+                    Obj::NetworkPolicy(Box::new(p)),
+                )
+            }),
+        Write::EgressNetworkPolicy(op) => run(
+            |ns| Api::<EgressNetworkPolicy>::namespaced(c.clone(), ns),
+            op,
+        )
+        .await?
+        .map(|p| {
+            (
+                (
+                    Kind::EgressNetworkPolicy,
+                    p.namespace().unwrap_or_default(),
+                    p.name_any(),
+                ),
+                Obj::EgressNetworkPolicy(Box::new(p)),
+            )
+        }),
+        Write::ConfigMap(op) => run(|ns| Api::<ConfigMap>::namespaced(c.clone(), ns), op)
+            .await?
+            .map(|m| {
+                (
+                    (Kind::ConfigMap, String::new(), m.name_any()),
+                    Obj::ConfigMap(Box::new(m)),
+                )
+            }),
+    })
+}
+
+impl Write {
+    /// The object it writes (to re-read after a conflict, and to drop after a delete).
+    pub(super) fn target(&self, own_ns: &str) -> ObjKey {
+        fn of<T: kube::Resource>(op: &Op<T>) -> (String, String) {
+            match op {
+                Op::Create(o) | Op::Replace(o) => (
+                    o.meta().namespace.clone().unwrap_or_default(),
+                    o.meta().name.clone().unwrap_or_default(),
+                ),
+                Op::Merge(ns, n, _) | Op::Delete(ns, n) => (ns.clone(), n.clone()),
+            }
+        }
+        let (kind, (ns, name)) = match self {
+            Write::HostSubnet(op) => (Kind::HostSubnet, of(op)),
+            Write::NetNamespace(op) => (Kind::NetNamespace, of(op)),
+            Write::Namespace(op) => (Kind::Namespace, of(op)),
+            Write::Pod(op) => (Kind::Pod, of(op)),
+            Write::NetworkPolicy(op) => (Kind::NetworkPolicy, of(op)),
+            Write::EgressNetworkPolicy(op) => (Kind::EgressNetworkPolicy, of(op)),
+            Write::ConfigMap(op) => (Kind::ConfigMap, of(op)),
+            Write::ClusterNetwork(op) => (Kind::ClusterNetwork, of(op)),
+        };
+        // flowmesh's ConfigMaps are keyed without their (fixed) namespace.
+        let ns = if kind == Kind::ConfigMap && ns == own_ns {
+            String::new()
+        } else {
+            ns
+        };
+        (kind, ns, name)
+    }
+
+    pub(super) fn is_delete(&self) -> bool {
+        matches!(
+            self,
+            Write::HostSubnet(Op::Delete(..))
+                | Write::NetNamespace(Op::Delete(..))
+                | Write::Namespace(Op::Delete(..))
+                | Write::Pod(Op::Delete(..))
+                | Write::NetworkPolicy(Op::Delete(..))
+                | Write::EgressNetworkPolicy(Op::Delete(..))
+                | Write::ConfigMap(Op::Delete(..))
+                | Write::ClusterNetwork(Op::Delete(..))
+        )
+    }
+}
+
+/// Read one object afresh (after a conflict).
+pub(super) async fn reread(
+    client: Client,
+    own_ns: String,
+    k: ObjKey,
+) -> Result<Option<Obj>, kube::Error> {
+    let (kind, ns, name) = k;
+    let ns = if kind == Kind::ConfigMap { own_ns } else { ns };
+    Ok(match kind {
+        Kind::HostSubnet => Api::<HostSubnet>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::HostSubnet(Box::new(o))),
+        Kind::NetNamespace => Api::<NetNamespace>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::NetNamespace(Box::new(o))),
+        Kind::ClusterNetwork => Api::<ClusterNetwork>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::ClusterNetwork(Box::new(o))),
+        Kind::Namespace => Api::<Namespace>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|n| {
+                Obj::Namespace(NsView {
+                    rv: meta_rv(&n.metadata),
+                    labels: labels_of(&n.metadata),
+                })
+            }),
+        Kind::Node => Api::<Node>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|n| Obj::Node(node_view(&n))),
+        Kind::Pod => Api::<Pod>::namespaced(client, &ns)
+            .get_opt(&name)
+            .await?
+            .map(|p| Obj::Pod(pod_view(&p))),
+        Kind::NetworkPolicy => Api::<K8sPolicy>::namespaced(client, &ns)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::NetworkPolicy(Box::new(o))),
+        Kind::EgressNetworkPolicy => Api::<EgressNetworkPolicy>::namespaced(client, &ns)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::EgressNetworkPolicy(Box::new(o))),
+        Kind::ConfigMap => Api::<ConfigMap>::namespaced(client, &ns)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::ConfigMap(Box::new(o))),
+    })
+}
+
+/// Why a write failed.
+pub(super) enum WriteError {
+    Conflict(String),
+    Other(StoreError),
+}
+
+pub(super) fn api_error(what: &str, e: kube::Error) -> WriteError {
+    match &e {
+        kube::Error::Api(s) if s.code == 409 => {
+            WriteError::Conflict(format!("{what}: {}", s.message))
+        }
+        kube::Error::Api(s) if s.code == 404 => WriteError::Other(StoreError::Transaction(
+            format!("{what}: not found in the Kubernetes API ({})", s.message),
+        )),
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => WriteError::Other(
+            StoreError::Transaction(format!("{what}: the API server refused it: {}", s.message)),
+        ),
+        _ => WriteError::Other(StoreError::Unavailable(format!(
+            "Kubernetes API server: {what}: {e}"
+        ))),
+    }
+}
+
+pub(super) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}

@@ -1,0 +1,331 @@
+//! The OpenFlow side: the session listener, and the adapter that lets a reconciler drive a
+//! switch through its [`SwitchHandle`]; [`link`] is the seam between them, [`reconciler`] the
+//! task per switch and [`plan`] the order of a bundle's messages.
+
+pub mod link;
+pub mod plan;
+pub mod reconciler;
+
+use crate::core::CoreHandle;
+use crate::switches::link::{
+    LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState, SyncTurn,
+};
+use ofproto::message::FlowStatsRequest;
+use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, SwitchHandle};
+use ofproto::Message;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How many switches the controller reads whole (flow stats) or programs (a bundle) at once.
+/// After a mass reconnect (every ovs-vswitchd of a rack restarted, a controller restart) every
+/// switch wants its full table at the same moment; with all of them in flight each one's
+/// bundle advances a sliver at a time, every switch stays silent behind its own bundle for
+/// longer than the echo timeout, and sessions are dropped and restarted without end. A few
+/// dozen at a time keeps each bundle short while still overlapping network and switch time.
+pub const MAX_CONCURRENT_SYNCS: usize = 32;
+
+/// How long a whole-table read may take; a bundle gets this plus a millisecond per change (Open
+/// vSwitch takes well under that per flow; 100,000 changes get 160 s). Past that the connection
+/// is closed: a switch that answers echoes but not the read would otherwise keep its turn for
+/// as long as it stays connected (32 such connections would stall every read and bundle of the
+/// controller).
+pub const READ_DEADLINE: Duration = Duration::from_secs(60);
+
+/// First come, first served admission of whole-table reads and bundles across every switch
+/// session, so a mass reconnect completes in arrival order and no switch starves.
+#[derive(Clone, Debug)]
+pub struct SyncLimiter(Arc<tokio::sync::Semaphore>);
+
+impl SyncLimiter {
+    /// At most `n` (at least 1) reads or bundles at once.
+    pub fn new(n: usize) -> Self {
+        SyncLimiter(Arc::new(tokio::sync::Semaphore::new(n.max(1))))
+    }
+
+    /// Waits for a turn (FIFO); the turn ends when the permit is dropped.
+    pub async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.0.clone().acquire_owned().await.ok()
+    }
+
+    /// Turns free right now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+impl Default for SyncLimiter {
+    fn default() -> Self {
+        SyncLimiter::new(MAX_CONCURRENT_SYNCS)
+    }
+}
+
+/// A switch session as a [`SwitchLink`].
+pub struct SessionLink {
+    handle: SwitchHandle,
+    peer: String,
+    /// Shared by every session of the listener.
+    limiter: SyncLimiter,
+    /// How long a whole-table read may take ([`READ_DEADLINE`]).
+    read_deadline: Duration,
+    /// With OpenFlow TLS: the node the switch's certificate names (None: it names no node).
+    /// Without TLS: no binding.
+    cert_node: Option<Option<String>>,
+}
+
+fn request_error(e: RequestError) -> LinkError {
+    match e {
+        RequestError::Closed(c) => LinkError::Disconnected(c.to_string()),
+        other => LinkError::Other(other.to_string()),
+    }
+}
+
+impl SessionLink {
+    /// The switch did not finish `what` within `deadline`: the connection is closed (an
+    /// unfinished bundle dies with it; the switch reconnects and is read afresh).
+    async fn stalled(&self, what: &str, deadline: Duration) -> LinkError {
+        tracing::warn!(peer = %self.peer, what, ?deadline, "switch did not finish in time; closing its connection");
+        self.handle.close().await;
+        LinkError::Disconnected(format!(
+            "no answer to {what} within {deadline:?}; connection closed"
+        ))
+    }
+}
+
+impl SwitchLink for SessionLink {
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn may_serve(&self, node: &str) -> bool {
+        match &self.cert_node {
+            None => true,
+            Some(named) => named.as_deref() == Some(node),
+        }
+    }
+
+    fn set_role(
+        &self,
+        role: ofproto::message::Role,
+        generation: u64,
+    ) -> LinkFuture<'_, Result<(), LinkError>> {
+        Box::pin(async move {
+            match self.handle.role_request(role, generation).await {
+                Ok(_) => Ok(()),
+                Err(RequestError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
+                Err(e) => Err(LinkError::Other(e.to_string())),
+            }
+        })
+    }
+
+    fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
+        Box::pin(self.limiter.turn())
+    }
+
+    fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
+        Box::pin(async move {
+            let read = async {
+                let flows = self
+                    .handle
+                    .flow_stats(FlowStatsRequest::all())
+                    .await
+                    .map_err(request_error)?;
+                let groups = self.handle.group_desc().await.map_err(request_error)?;
+                Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
+            };
+            match tokio::time::timeout(self.read_deadline, read).await {
+                Ok(r) => r,
+                Err(_) => Err(self
+                    .stalled("the whole-table read", self.read_deadline)
+                    .await),
+            }
+        })
+    }
+
+    fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>> {
+        Box::pin(async move {
+            let ports = self
+                .handle
+                .ports()
+                .await
+                .map_err(|c| LinkError::Disconnected(c.to_string()))?;
+            Ok(ports
+                .values()
+                .map(|p| (String::from_utf8_lossy(&p.name).into_owned(), p.port_no))
+                .collect())
+        })
+    }
+
+    fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
+        Box::pin(async move {
+            let messages: Vec<Message> = changes
+                .into_iter()
+                .map(|c| match c {
+                    SwitchChange::Flow(fm) => Message::FlowMod(fm),
+                    SwitchChange::Group(gm) => Message::GroupMod(gm),
+                })
+                .collect();
+            let deadline = self.read_deadline + Duration::from_millis(messages.len() as u64);
+            let sent = match tokio::time::timeout(deadline, self.handle.send_bundle(messages)).await
+            {
+                Ok(r) => r,
+                Err(_) => return Err(self.stalled("the bundle", deadline).await),
+            };
+            match sent {
+                Ok(()) => Ok(()),
+                Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
+                Err(BundleError::Refused {
+                    index,
+                    message,
+                    error,
+                }) => Err(LinkError::Refused {
+                    index,
+                    change: ofproto::session::error::describe(&message),
+                    error: ofproto::session::error::ErrorText(error).to_string(),
+                }),
+                Err(other) => Err(LinkError::Other(other.to_string())),
+            }
+        })
+    }
+}
+
+/// Hand every session event to the core: ready switches become links of their node's
+/// reconciler, disconnects end them; the links' reads and bundles take turns through one
+/// [`SyncLimiter`]. Runs until the listener stops.
+pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
+    let limiter = SyncLimiter::default();
+    while let Some(ev) = events.next().await {
+        match ev {
+            SessionEvent::Ready {
+                conn,
+                peer,
+                peer_cert,
+                info,
+                handle,
+                ..
+            } => {
+                let cert_node = peer_cert.map(|der| crate::identity::switch_node_of(&der));
+                if let Some(named) = &cert_node {
+                    tracing::info!(
+                        %peer,
+                        dpid = format!("{:#018x}", info.dpid),
+                        cert_node = named.as_deref().unwrap_or("(none)"),
+                        "switch authenticated; it may drive only the datapath of the node its certificate names (CN=system:node:NAME)"
+                    );
+                }
+                let link = Arc::new(SessionLink {
+                    handle,
+                    peer,
+                    limiter: limiter.clone(),
+                    read_deadline: READ_DEADLINE,
+                    cert_node,
+                });
+                core.switch_up(conn, info.dpid, link);
+            }
+            SessionEvent::Disconnected {
+                conn,
+                peer,
+                dpid,
+                cause,
+            } => {
+                tracing::warn!(%peer, dpid = dpid.map(|d| format!("{d:#018x}")), %cause, "switch session ended");
+                if let Some(d) = dpid {
+                    core.switch_down(conn, d);
+                }
+            }
+            SessionEvent::SwitchError {
+                dpid, xid, error, ..
+            } => {
+                core.metrics.switch_errors.inc();
+                tracing::error!(dpid = dpid.map(|d| format!("{d:#018x}")), xid, error = %ofproto::session::error::ErrorText(error), "switch error");
+            }
+            SessionEvent::PortStatus { dpid, status, .. } => {
+                tracing::debug!(dpid = format!("{dpid:#018x}"), ?status, "port status");
+            }
+            SessionEvent::Message { .. } | SessionEvent::ConnectFailed { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn turns_are_bounded_and_first_come_first_served() {
+        let l = SyncLimiter::new(2);
+        let a = l.turn().await;
+        let b = l.turn().await;
+        assert_eq!(l.available(), 0);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for i in 0..3 {
+            let (l, order) = (l.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let t = l.turn().await;
+                order.lock().map(|mut o| o.push(i)).ok();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                drop(t);
+            }));
+            // Queue them in this order.
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(
+            order.lock().map(|o| o.is_empty()).unwrap_or(false),
+            "no turn while both are held"
+        );
+        drop(a);
+        drop(b);
+        for w in waiting {
+            w.await.ok();
+        }
+        assert_eq!(*order.lock().expect("lock"), vec![0, 1, 2]);
+        assert_eq!(l.available(), 2);
+        assert_eq!(SyncLimiter::new(0).available(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_read_past_its_deadline_closes_the_connection_and_frees_the_turn() {
+        let silent = ofproto::testing::FakeSwitch {
+            dpid: 9,
+            silent_on_flow_stats: true,
+            ..Default::default()
+        };
+        let (handle, mut rx, _switch) = silent
+            .connect(ofproto::session::SessionConfig::default(), 64 * 1024)
+            .await;
+        let limiter = SyncLimiter::new(1);
+        let link = SessionLink {
+            handle,
+            peer: "fake".into(),
+            limiter: limiter.clone(),
+            read_deadline: Duration::from_millis(200),
+            cert_node: None,
+        };
+        let turn = link.turn().await;
+        assert_eq!(limiter.available(), 0);
+        let t0 = std::time::Instant::now();
+        let err = link.read_state().await.expect_err("no flow stats answer");
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        assert!(
+            matches!(&err, LinkError::Disconnected(m) if m.contains("no answer to the whole-table read within 200ms")),
+            "{err}"
+        );
+        drop(turn);
+        assert_eq!(limiter.available(), 1, "the turn is free again");
+        // The connection is closed: the session ends.
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match rx.recv().await {
+                    Some(SessionEvent::Disconnected { .. }) | None => return,
+                    Some(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the stalled switch's session was not closed"
+        );
+    }
+}

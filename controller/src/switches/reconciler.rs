@@ -1,0 +1,535 @@
+//! One reconciler task per switch: it owns the switch's desired FlowSet and what the switch was
+//! last known to hold, and makes the second equal the first with one bundle per change.
+//!
+//! * On connect it reads the switch's flows and groups and sends only the difference, so a
+//!   controller restart or reconnect with nothing changed sends nothing.
+//! * Desired-state updates that queue up while a bundle is in flight are merged into one.
+//! * An update is acknowledged after the switch's barrier reply.
+//! * On every audit tick the switch is re-read and drift (flows added or removed by hand)
+//!   repaired.
+//! * With several replicas ([`crate::ha`]) it first holds this replica's OpenFlow role on the
+//!   switch (master with the leader's generation, or slave), and writes only while this
+//!   replica leads with a lease surely held; a standby keeps the desired state and answers
+//!   an ack once it has read the desired flows back from the switch (the leader programmed
+//!   them from the store's watch), so a change made through a standby is answered with the
+//!   same guarantee. On becoming leader it re-reads the switch and sends only the difference.
+
+use crate::error::ApiError;
+use crate::ha::{Leadership, Standing};
+use crate::observe::{Metrics, SwitchStatus};
+use crate::switches::link::{LinkError, SwitchLink, SwitchState};
+use crate::switches::plan::plan;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use topology::FlowSet;
+
+/// An acknowledgement a caller waits for.
+pub struct Ack {
+    /// Where to send the outcome.
+    pub tx: oneshot::Sender<Result<(), ApiError>>,
+    /// Fail (rather than succeed later on reconnect) when the switch is not connected.
+    pub require_connected: bool,
+}
+
+/// Commands to a reconciler.
+pub enum ReconcileCmd {
+    /// New desired state.
+    Desired { flows: FlowSet, ack: Option<Ack> },
+    /// A switch connected (conn_id tells reconnects apart).
+    Connected {
+        conn_id: u64,
+        dpid: u64,
+        link: Arc<dyn SwitchLink>,
+    },
+    /// The connection `conn_id` ended.
+    Disconnected { conn_id: u64 },
+    /// Read the switch's current flows (for dump-flows --installed).
+    ReadInstalled {
+        reply: oneshot::Sender<Result<FlowSet, ApiError>>,
+    },
+    /// The desired state (for dump-flows).
+    ReadDesired { reply: oneshot::Sender<FlowSet> },
+    /// Stop the task; hand the link back (if any) so it can be reassigned.
+    Stop {
+        reply: oneshot::Sender<Option<ConnectedLink>>,
+    },
+}
+
+/// A handle to a running reconciler.
+#[derive(Clone)]
+pub struct ReconcilerHandle {
+    /// Command channel.
+    pub tx: mpsc::UnboundedSender<ReconcileCmd>,
+    /// Shared status.
+    pub status: Arc<SwitchStatus>,
+}
+
+/// A connection handed to a reconciler: (conn_id, dpid, link).
+pub type ConnectedLink = (u64, u64, Arc<dyn SwitchLink>);
+
+/// The reconciler task's state.
+pub struct Reconciler {
+    status: Arc<SwitchStatus>,
+    rx: mpsc::UnboundedReceiver<ReconcileCmd>,
+    desired: FlowSet,
+    installed: Option<FlowSet>,
+    link: Option<ConnectedLink>,
+    audit_interval: Duration,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<Option<ConnectedLink>>>,
+    lead: Arc<Leadership>,
+    /// The connection and standing whose role the switch granted.
+    role_held: Option<(u64, Standing)>,
+    /// A standby's acks, answered once the switch holds the desired flows (the leader's
+    /// work), or with an error at their deadline.
+    standby_acks: Vec<(Ack, Instant)>,
+    /// The pause before the next read-back for `standby_acks` (grows while they wait).
+    standby_check: Duration,
+}
+
+/// When a reconciler audits first: between half and the whole of `interval` after it starts,
+/// fixed per node. Reconcilers started together (at controller start) would otherwise read
+/// every switch back in the same instant, every interval.
+fn audit_offset(node: &str, interval: Duration) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    let frac = (h.finish() % 1024) as u32;
+    interval / 2 + interval / 2 / 1024 * frac
+}
+
+/// How long a standby waits for the leader to program a change it stored.
+const STANDBY_ACK_WAIT: Duration = Duration::from_secs(20);
+/// How soon a standby first reads the switch back for waiting acks; the pause doubles up to
+/// [`STANDBY_CHECK_MAX`] while they wait (a whole flow table per read).
+const STANDBY_CHECK: Duration = Duration::from_millis(10);
+/// The longest pause between a standby's read-backs.
+const STANDBY_CHECK_MAX: Duration = Duration::from_millis(500);
+
+impl Reconciler {
+    /// Start a reconciler for `node` (or an unknown datapath) with its desired state.
+    pub fn spawn(
+        node: &str,
+        unknown: bool,
+        desired: FlowSet,
+        audit_interval: Duration,
+        metrics: Arc<Metrics>,
+        lead: &Arc<Leadership>,
+    ) -> ReconcilerHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let status = Arc::new(SwitchStatus {
+            node: node.to_string(),
+            unknown,
+            ..Default::default()
+        });
+        status
+            .desired_flows
+            .store(desired.len() as u64, Ordering::Relaxed);
+        let r = Reconciler {
+            status: status.clone(),
+            rx,
+            desired,
+            installed: None,
+            link: None,
+            audit_interval,
+            metrics,
+            stop: None,
+            lead: lead.clone(),
+            role_held: None,
+            standby_acks: Vec::new(),
+            standby_check: STANDBY_CHECK,
+        };
+        tokio::spawn(r.run());
+        ReconcilerHandle { tx, status }
+    }
+
+    async fn run(mut self) {
+        let start =
+            tokio::time::Instant::now() + audit_offset(&self.status.node, self.audit_interval);
+        let mut audit = tokio::time::interval_at(start, self.audit_interval);
+        audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut standing = self.lead.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.standby_check), if !self.standby_acks.is_empty() => {
+                    self.check_standby_acks().await;
+                    self.standby_check = (self.standby_check * 2).min(STANDBY_CHECK_MAX);
+                }
+                changed = standing.changed() => {
+                    if changed.is_err() {
+                        continue;
+                    }
+                    // A new role to hold; a new leader re-reads the switch (hitless: only
+                    // differences are sent).
+                    self.installed = None;
+                    if self.link.is_some() {
+                        self.sync(Vec::new(), false).await;
+                    }
+                }
+                cmd = self.rx.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    let mut acks = Vec::new();
+                    let mut dirty = self.handle(cmd, &mut acks).await;
+                    while let Ok(cmd) = self.rx.try_recv() {
+                        dirty |= self.handle(cmd, &mut acks).await;
+                    }
+                    if let Some(reply) = self.stop.take() {
+                        self.set_role_status("");
+                        acks.extend(self.standby_acks.drain(..).map(|(a, _)| a));
+                        for a in acks {
+                            let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                                "node {} was removed", self.status.node))));
+                        }
+                        let _ = reply.send(self.link.take());
+                        break;
+                    }
+                    if dirty {
+                        self.sync(acks, false).await;
+                    }
+                }
+                _ = audit.tick() => {
+                    if self.link.is_some() && self.lead.may_program() {
+                        self.installed = None;
+                        self.sync(Vec::new(), true).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply one command; true when a sync should follow.
+    async fn handle(&mut self, cmd: ReconcileCmd, acks: &mut Vec<Ack>) -> bool {
+        match cmd {
+            ReconcileCmd::Desired { flows, ack } => {
+                self.status
+                    .desired_flows
+                    .store(flows.len() as u64, Ordering::Relaxed);
+                self.desired = flows;
+                acks.extend(ack);
+                true
+            }
+            ReconcileCmd::Connected {
+                conn_id,
+                dpid,
+                link,
+            } => {
+                tracing::info!(node = %self.status.node, dpid = format!("{dpid:#018x}"), peer = %link.peer(), "switch connected");
+                if let Ok(mut p) = self.status.peer.lock() {
+                    *p = link.peer();
+                }
+                self.status.dpid.store(dpid, Ordering::Relaxed);
+                self.status.connected.store(true, Ordering::Relaxed);
+                self.link = Some((conn_id, dpid, link));
+                self.installed = None;
+                true
+            }
+            ReconcileCmd::Disconnected { conn_id } => {
+                if self.link.as_ref().is_some_and(|(c, _, _)| *c == conn_id) {
+                    tracing::warn!(node = %self.status.node, "switch disconnected");
+                    self.link = None;
+                    self.role_held = None;
+                    self.set_role_status("");
+                    self.installed = None;
+                    self.status.connected.store(false, Ordering::Relaxed);
+                    self.status.synced.store(false, Ordering::Relaxed);
+                }
+                false
+            }
+            ReconcileCmd::ReadInstalled { reply } => {
+                let r = match &self.link {
+                    None => Err(ApiError::Unavailable(format!(
+                        "the switch of node {} is not connected",
+                        self.status.node
+                    ))),
+                    Some((_, _, link)) => match read_in_turn(link.as_ref()).await {
+                        Ok((f, g)) => Ok(FlowSet::new(f, g)),
+                        Err(e) => Err(ApiError::Unavailable(format!(
+                            "reading the switch of node {}: {e}",
+                            self.status.node
+                        ))),
+                    },
+                };
+                let _ = reply.send(r);
+                false
+            }
+            ReconcileCmd::ReadDesired { reply } => {
+                let _ = reply.send(self.desired.clone());
+                false
+            }
+            ReconcileCmd::Stop { reply } => {
+                self.stop = Some(reply);
+                false
+            }
+        }
+    }
+
+    /// Make the switch hold the desired state, then answer the acks.
+    async fn sync(&mut self, acks: Vec<Ack>, audit: bool) {
+        let Some((_, _, link)) = self.link.clone() else {
+            self.answer_disconnected(acks);
+            return;
+        };
+        let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
+        let standby = matches!(self.lead.standing(), Standing::Standby { .. });
+        if let Err(e) = self.hold_role(conn_id, link.as_ref()).await {
+            if standby {
+                // A refused slave request (the switch saw a newer generation) changes nothing
+                // for a standby: it writes nothing and may still read the switch.
+                tracing::debug!(node = %self.status.node, error = %e, "slave role not granted");
+                self.park_standby_acks(acks);
+                return;
+            }
+            self.status.set_error(&e);
+            tracing::warn!(node = %self.status.node, error = %e, "role request refused");
+            self.status.synced.store(false, Ordering::Relaxed);
+            for a in acks {
+                let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                    "switch of node {}: {e}",
+                    self.status.node
+                ))));
+            }
+            return;
+        }
+        if !self.lead.may_program() {
+            // A standby (or a leader whose lease lapsed) does not write: the change is stored,
+            // and the leader programs it from the store's watch. The acks wait until this
+            // replica reads the desired flows back from the switch.
+            self.status.synced.store(false, Ordering::Relaxed);
+            self.park_standby_acks(acks);
+            return;
+        }
+        let started = Instant::now();
+        let result = self.sync_with(link.as_ref(), audit).await;
+        match &result {
+            Ok(()) => {
+                self.status.synced.store(true, Ordering::Relaxed);
+                self.metrics.observe_sync(started.elapsed());
+            }
+            Err(e) => {
+                self.status.synced.store(false, Ordering::Relaxed);
+                self.status.set_error(&e.to_string());
+                self.metrics.switch_errors.inc();
+                tracing::error!(node = %self.status.node, error = %e, "switch sync failed");
+                if let LinkError::Disconnected(_) = e {
+                    self.link = None;
+                    self.status.connected.store(false, Ordering::Relaxed);
+                }
+                self.installed = None;
+            }
+        }
+        let r = result.map_err(|e| {
+            ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
+        });
+        // Acks taken as a standby are answered by this (leader's) sync.
+        let acks: Vec<Ack> = acks
+            .into_iter()
+            .chain(self.standby_acks.drain(..).map(|(a, _)| a))
+            .collect();
+        for a in acks {
+            let _ = a.tx.send(r.clone());
+        }
+    }
+
+    /// Acks while the switch is not connected: one that needs the switch fails, the others
+    /// are answered (the change is stored; the switch gets it when it connects).
+    fn answer_disconnected(&self, acks: Vec<Ack>) {
+        for a in acks {
+            let r = if a.require_connected {
+                Err(ApiError::Unavailable(format!(
+                    "the switch of node {} is not connected",
+                    self.status.node
+                )))
+            } else {
+                Ok(())
+            };
+            let _ = a.tx.send(r);
+        }
+    }
+
+    /// Keep a standby's acks until the switch holds the desired flows (checked soon, then
+    /// less and less often).
+    fn park_standby_acks(&mut self, acks: Vec<Ack>) {
+        if acks.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + STANDBY_ACK_WAIT;
+        self.standby_check = STANDBY_CHECK;
+        self.standby_acks
+            .extend(acks.into_iter().map(|a| (a, deadline)));
+    }
+
+    /// A standby's acks: answered once the switch holds the desired flows, or at their deadline
+    /// with an error (the change is stored; no leader programmed it in time).
+    async fn check_standby_acks(&mut self) {
+        let Some((_, _, link)) = self.link.clone() else {
+            // The change is stored; the switch gets it when it connects to the leader.
+            let acks: Vec<Ack> = self.standby_acks.drain(..).map(|(a, _)| a).collect();
+            self.answer_disconnected(acks);
+            return;
+        };
+        let holds = match read_in_turn(link.as_ref()).await {
+            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+            Err(_) => false,
+        };
+        if holds {
+            self.status.synced.store(true, Ordering::Relaxed);
+            for (a, _) in self.standby_acks.drain(..) {
+                let _ = a.tx.send(Ok(()));
+            }
+            return;
+        }
+        let now = Instant::now();
+        let (late, waiting): (Vec<_>, Vec<_>) = self
+            .standby_acks
+            .drain(..)
+            .partition(|(_, deadline)| *deadline <= now);
+        self.standby_acks = waiting;
+        for (a, _) in late {
+            let _ = a.tx.send(Err(ApiError::Unavailable(format!(
+                "the change is stored, but the switch of node {} did not get it within {} s: no leader programmed it (see flowmeshctl get controllers)",
+                self.status.node,
+                STANDBY_ACK_WAIT.as_secs()
+            ))));
+        }
+    }
+
+    fn set_role_status(&self, role: &str) {
+        if let Ok(mut r) = self.status.role.lock() {
+            *r = role.to_string();
+        }
+        let name = if self.status.node.is_empty() {
+            format!("{:#018x}", self.status.dpid.load(Ordering::Relaxed))
+        } else {
+            self.status.node.clone()
+        };
+        self.lead.set_switch_role(&name, role);
+    }
+
+    /// Make the switch grant this replica's current role on connection `conn_id` (once per
+    /// connection and standing). A stale generation is refused by the switch: a newer leader
+    /// exists, and this replica must not write.
+    async fn hold_role(&mut self, conn_id: u64, link: &dyn SwitchLink) -> Result<(), String> {
+        let standing = self.lead.standing();
+        if self
+            .role_held
+            .as_ref()
+            .is_some_and(|(c, s)| *c == conn_id && *s == standing)
+        {
+            return Ok(());
+        }
+        let Some((role, generation)) = standing.role() else {
+            self.role_held = Some((conn_id, standing));
+            return Ok(());
+        };
+        match link.set_role(role, generation).await {
+            Ok(()) => {
+                tracing::info!(node = %self.status.node, role = standing.role_name(), generation, "OpenFlow role granted");
+                self.set_role_status(standing.role_name());
+                self.role_held = Some((conn_id, standing));
+                Ok(())
+            }
+            Err(e) => {
+                self.role_held = None;
+                self.set_role_status("");
+                Err(format!(
+                    "the switch refused role {} with generation {generation}: {e}",
+                    standing.role_name()
+                ))
+            }
+        }
+    }
+
+    /// Brings the switch to the desired flows. A switch turn (see [`SwitchLink::turn`]) is
+    /// taken before the switch is read or a change planned, and held until the bundle is
+    /// acknowledged: switches waiting for theirs hold neither a read-back table nor a batch (a
+    /// mass reconnect of 1,000 switches otherwise held 1,000 batches at once). A sync that finds
+    /// nothing to change takes no turn.
+    async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        let mut turn = None;
+        let installed = match self.installed.take() {
+            Some(i) => i,
+            None => {
+                turn = Some(link.turn().await);
+                let (f, g) = link.read_state().await?;
+                FlowSet::new(f, g)
+            }
+        };
+        // The diff phase: not the read-back above, which is the switch's time.
+        let mut t_diff = Instant::now();
+        let mut diff = FlowSet::diff(&installed, &self.desired);
+        if !diff.is_empty() && turn.is_none() {
+            // Wait for the turn without the diff (it is redone after: the inputs are ours).
+            drop(diff);
+            turn = Some(link.turn().await);
+            t_diff = Instant::now();
+            diff = FlowSet::diff(&installed, &self.desired);
+        }
+        if diff.is_empty() {
+            self.status
+                .installed_flows
+                .store(installed.len() as u64, Ordering::Relaxed);
+            self.installed = Some(installed);
+            return Ok(());
+        }
+        if audit {
+            tracing::warn!(node = %self.status.node, changes = diff.len(), "audit found drift; repairing");
+            self.status
+                .drift_repairs
+                .fetch_add(diff.len() as u64, Ordering::Relaxed);
+        }
+        tracing::info!(
+            node = %self.status.node,
+            adds = diff.adds.len(),
+            modifies = diff.modifies.len(),
+            deletes = diff.deletes.len(),
+            group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
+            "syncing switch"
+        );
+        let batch = plan(diff);
+        let n = batch.len() as u64;
+        self.metrics.phase_diff.observe(t_diff.elapsed());
+        let t = Instant::now();
+        link.apply(batch).await?;
+        drop(turn);
+        let took = t.elapsed();
+        self.metrics.phase_switch.observe(took);
+        tracing::debug!(node = %self.status.node, changes = n, micros = took.as_micros() as u64, "bundle acknowledged");
+        self.status.mods_sent.fetch_add(n, Ordering::Relaxed);
+        self.metrics.flow_mods_sent.inc_by(n);
+        self.status
+            .installed_flows
+            .store(self.desired.len() as u64, Ordering::Relaxed);
+        self.installed = Some(self.desired.clone());
+        Ok(())
+    }
+}
+
+/// Reads the switch's whole table in a turn of its own (a read that leads to no bundle: a
+/// dump, a standby's check).
+async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
+    let _turn = link.turn().await;
+    link.read_state().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::audit_offset;
+    use std::time::Duration;
+
+    #[test]
+    fn audits_are_spread_over_the_second_half_of_the_interval() {
+        let i = Duration::from_secs(30);
+        let offsets: std::collections::BTreeSet<_> = (0..100)
+            .map(|n| audit_offset(&format!("node-{n}"), i))
+            .collect();
+        assert!(
+            offsets.iter().all(|o| *o >= i / 2 && *o <= i),
+            "{offsets:?}"
+        );
+        // 100 nodes land on many different instants, not one.
+        assert!(offsets.len() > 80, "{}", offsets.len());
+        assert_eq!(audit_offset("a", i), audit_offset("a", i));
+    }
+}
