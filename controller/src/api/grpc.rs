@@ -18,7 +18,6 @@ use tokio::sync::oneshot;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use topology::model::{NamespaceInfo, NodeInfo};
-use topology::pipeline::cookie;
 use topology::sim::{Outcome, Packet, Simulator};
 use topology::{ClusterModel, FlowSet, PodInfo};
 
@@ -133,55 +132,6 @@ fn split_pod_ref(s: &str) -> Result<(String, String), ApiError> {
     match s.split_once('/') {
         Some((ns, n)) if !ns.is_empty() && !n.is_empty() => Ok((ns.to_string(), n.to_string())),
         _ => Err(ApiError::Invalid(format!("{s:?} is not NAMESPACE/POD"))),
-    }
-}
-
-/// Names the object a cookie belongs to, by hashing the model's objects.
-pub fn explain_cookie(m: &ClusterModel, c: u64) -> String {
-    let parts = cookie::decode(c);
-    let feature = match parts.feature {
-        0x01 => "base",
-        0x02 => "mesh",
-        0x03 => "pod",
-        0x04 => "isolation",
-        0x05 => "networkpolicy",
-        0x06 => "egressfirewall",
-        0x0f => "version",
-        0 => "none",
-        _ => "other",
-    };
-    let object = match parts.kind {
-        1 => m
-            .nodes()
-            .find(|n| cookie::object_hash(&format!("node/{}", n.name)) == parts.object)
-            .map(|n| format!("node {}", n.name)),
-        2 => m
-            .pods()
-            .find(|p| {
-                cookie::object_hash(&format!("pod/{}/{}", p.key.namespace, p.key.name))
-                    == parts.object
-            })
-            .map(|p| format!("pod {}", p.key)),
-        4 => Some(format!("NETID {}", parts.object)),
-        5 => m
-            .policies()
-            .find(|p| {
-                cookie::object_hash(&format!("networkpolicy/{}/{}", p.namespace, p.name))
-                    == parts.object
-            })
-            .map(|p| format!("networkpolicy {}/{}", p.namespace, p.name)),
-        6 => m
-            .egress_firewalls()
-            .find(|f| {
-                cookie::object_hash(&format!("egressnetworkpolicy/{}/{}", f.namespace, f.name))
-                    == parts.object
-            })
-            .map(|f| format!("egressnetworkpolicy {}/{}", f.namespace, f.name)),
-        _ => None,
-    };
-    match object {
-        Some(o) => format!("{feature}: {o}"),
-        None => feature.to_string(),
     }
 }
 
@@ -731,7 +681,7 @@ fn trace(c: &mut Core, r: &pa::TraceRequest) -> Result<pa::TraceReply, ApiError>
             priority: s.priority.unwrap_or(0) as u32,
             cookie: s.cookie,
             flow: flow.unwrap_or_default(),
-            note: explain_cookie(&c.model, s.cookie),
+            note: crate::resources::cookies::explain_cookie(&c.model, s.cookie),
         });
     }
     let pod_at = |node: &str, ofport: u32| {

@@ -1137,3 +1137,15 @@ impl CoreHandle {
         self.events.subscribe()
     }
 }
+
+impl crate::switches::SwitchSink for CoreHandle {
+    fn switch_up(&self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>) {
+        CoreHandle::switch_up(self, conn_id, dpid, link);
+    }
+    fn switch_down(&self, conn_id: u64, dpid: u64) {
+        CoreHandle::switch_down(self, conn_id, dpid);
+    }
+    fn switch_error(&self) {
+        self.metrics.switch_errors.inc();
+    }
+}

@@ -6,9 +6,11 @@
 //! * [`egress_ip`]: HostSubnet/NetNamespace egress IPs;
 //! * [`egress_firewall`]: EgressNetworkPolicy and the DNS names it resolves;
 //! * [`multicast`]: the multicast annotation;
-//! * [`apply`]: `apply -f`, every object of a manifest in one transaction.
+//! * [`apply`]: `apply -f`, every object of a manifest in one transaction;
+//! * [`cookies`]: the feature and object a flow's cookie names.
 
 pub mod apply;
+pub mod cookies;
 pub mod egress_firewall;
 pub mod egress_ip;
 pub mod multicast;

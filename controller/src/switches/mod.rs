@@ -6,7 +6,6 @@ pub mod link;
 pub mod plan;
 pub mod reconciler;
 
-use crate::core::CoreHandle;
 use crate::switches::link::{
     LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState, SyncTurn,
 };
@@ -188,10 +187,21 @@ impl SwitchLink for SessionLink {
     }
 }
 
+/// Who receives the switches the listener accepts (the core, through its handle): the
+/// listener sits below the core and knows it only through this.
+pub trait SwitchSink {
+    /// A switch is ready: its link, by connection and datapath id.
+    fn switch_up(&self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>);
+    /// A switch's session ended.
+    fn switch_down(&self, conn_id: u64, dpid: u64);
+    /// A switch reported an error (counted).
+    fn switch_error(&self);
+}
+
 /// Hand every session event to the core: ready switches become links of their node's
 /// reconciler, disconnects end them; the links' reads and bundles take turns through one
 /// [`SyncLimiter`]. Runs until the listener stops.
-pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
+pub async fn forward_events(core: impl SwitchSink, mut events: EventStream) {
     let limiter = SyncLimiter::default();
     while let Some(ev) = events.next().await {
         match ev {
@@ -235,7 +245,7 @@ pub async fn forward_events(core: CoreHandle, mut events: EventStream) {
             SessionEvent::SwitchError {
                 dpid, xid, error, ..
             } => {
-                core.metrics.switch_errors.inc();
+                core.switch_error();
                 tracing::error!(dpid = dpid.map(|d| format!("{d:#018x}")), xid, error = %ofproto::session::error::ErrorText(error), "switch error");
             }
             SessionEvent::PortStatus { dpid, status, .. } => {

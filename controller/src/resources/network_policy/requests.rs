@@ -89,7 +89,7 @@ pub fn policy_verdict(
         if decode(*c).kind != ObjectKind::Policy as u8 {
             continue;
         }
-        let name = crate::api::grpc::explain_cookie(m, *c);
+        let name = crate::resources::cookies::explain_cookie(m, *c);
         let name = name
             .strip_prefix("networkpolicy: ")
             .unwrap_or("networkpolicy (deleted since)")
@@ -131,12 +131,15 @@ mod tests {
         .expect("policy");
         let c = cookie::policy_cookie("shop", "allow-web");
         assert_eq!(
-            crate::api::grpc::explain_cookie(&m, c),
+            crate::resources::cookies::explain_cookie(&m, c),
             "networkpolicy: networkpolicy shop/allow-web"
         );
         // A policy deleted since the flow was made is not named.
         m.delete_policy("shop", "allow-web").expect("delete");
-        assert_eq!(crate::api::grpc::explain_cookie(&m, c), "networkpolicy");
+        assert_eq!(
+            crate::resources::cookies::explain_cookie(&m, c),
+            "networkpolicy"
+        );
     }
 
     #[test]

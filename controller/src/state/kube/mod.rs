@@ -910,7 +910,6 @@ fn firewall_spec(f: &topology::model::EgressFirewall) -> EgressNetworkPolicySpec
 
 #[cfg(test)]
 mod tests {
-    use super::writes::*;
     use super::*;
 
     #[test]
@@ -931,33 +930,5 @@ mod tests {
         cfg.vxlan_port = 4790;
         let o = cluster_network_object(&cfg);
         assert_eq!(cluster_network_config(&o).expect("parses"), cfg);
-    }
-
-    #[test]
-    fn a_node_record_round_trips_through_its_host_subnet() {
-        let n = topology::model::NodeRecord {
-            info: NodeInfo {
-                name: "node-a".into(),
-                ip: Ipv4Addr::new(172, 31, 0, 1),
-                dpid: 0xac1f_0001,
-                subnet: "10.128.2.0/23".parse().expect("cidr"),
-            },
-            pod_ip_cursor: 7,
-        };
-        let Write::HostSubnet(Op::Create(h)) = host_subnet_write(&Cache::default(), &n) else {
-            panic!("expected a HostSubnet create");
-        };
-        assert_eq!(node_record(&h), Ok(n));
-    }
-
-    #[test]
-    fn labels_patch_sets_changed_and_removes_dropped() {
-        let from: Labels = [("a".into(), "1".into()), ("b".into(), "2".into())].into();
-        let to: Labels = [("a".into(), "1".into()), ("c".into(), "3".into())].into();
-        let p = labels_patch("7", &from, &to, None);
-        assert_eq!(
-            p,
-            serde_json::json!({"metadata": {"resourceVersion": "7", "labels": {"b": null, "c": "3"}}})
-        );
     }
 }
