@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 bash scripts/deps.sh
-cargo build --release -p controller --bins
+cargo build --release -p controller -p flowmeshctl --bins
 bin=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release
 
 run=$(mktemp -d /tmp/flowmesh-demo.XXXXXX)
