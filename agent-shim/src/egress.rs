@@ -25,10 +25,10 @@ use tokio::process::Command;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::net::TUN0;
 use crate::net::{mac_to_string, Ipv4Net};
 use crate::netlink::{Netlink, NetlinkError};
 use crate::nft::{self, NftError};
-use crate::node::TUN0;
 use crate::nodeapi::NodeApi;
 
 /// Family and name of the egress table.

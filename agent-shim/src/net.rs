@@ -1,8 +1,12 @@
-//! IPv4 prefixes (`10.128.0.0/14`) and the pod MAC rule (`0a:58:` + the IPv4 address bytes).
+//! IPv4 prefixes (`10.128.0.0/14`), the pod MAC rule (`0a:58:` + the IPv4 address bytes) and
+//! the host gateway port's name.
 
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
+
+/// Name of the host gateway port (`tun0`, OpenShift SDN's).
+pub const TUN0: &str = "tun0";
 
 /// An IPv4 address with a prefix length; [`Ipv4Net::network`] gives the masked prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -45,7 +45,7 @@ pub enum NftError {
 /// The table, written exactly as `nft list table ip flowmesh` prints it (so the two compare
 /// equal token by token when nothing needs changing). Networks are sorted and deduplicated.
 pub fn render(cluster_networks: &[Ipv4Net], vxlan_port: u16) -> String {
-    let tun0 = crate::node::TUN0;
+    let tun0 = crate::net::TUN0;
     let mut nets: Vec<Ipv4Net> = cluster_networks.iter().map(Ipv4Net::network).collect();
     nets.sort();
     nets.dedup();

@@ -19,8 +19,9 @@ pub const VXLAN_OFPORT: u32 = 1;
 pub const TUN0_OFPORT: u32 = 2;
 /// Name of the VXLAN port.
 pub const VXLAN_PORT_NAME: &str = "vxlan0";
-/// Name of the host gateway port.
-pub const TUN0: &str = "tun0";
+/// Name of the host gateway port (defined beside the address rules, which egress and nftables
+/// use without depending on the node setup).
+pub use crate::net::TUN0;
 /// Multicast range routed on-link in pods.
 pub const MULTICAST: Ipv4Net = match Ipv4Net::new(Ipv4Addr::new(224, 0, 0, 0), 4) {
     Some(n) => n,

@@ -2,6 +2,11 @@
 //!
 //! Wire layouts: OpenFlow 1.3.5 §7.2.5 (`ofp_action_*`), nicira-ext.h (`nx_action_*`).
 //! Actions flowmesh does not model are kept as [`Action::Unknown`] with their exact bytes.
+//!
+//! One file on purpose: every action's wire layout, decoder, encoder and `ovs-ofctl` text sit
+//! in one `match` per direction over one enum, so adding an action touches one place and the
+//! exhaustive matches keep decode, encode and print in step; splitting by vendor would split
+//! those matches.
 
 use crate::oxm::{Field, MatchField, OxmHeader};
 

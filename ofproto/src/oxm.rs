@@ -8,6 +8,10 @@
 //! A [`Match`] keeps its fields in wire order with the exact header each arrived with, so a
 //! decoded match re-encodes byte for byte. Builders use the header Open vSwitch itself emits for
 //! OpenFlow 1.3 (OXM where OF1.3 defines one, NXM otherwise).
+//!
+//! One file on purpose: the field table, the header codec and `Match`'s decode/encode/print
+//! are one exhaustive `match` per direction over [`Field`]; a split would scatter each field's
+//! layout across files.
 
 use smallvec::SmallVec;
 use std::net::Ipv4Addr;

@@ -3,6 +3,10 @@
 //! FLOW_MOD, flow stats replies, GROUP_MOD, group description replies, ERROR and the bundle
 //! messages are rendered exactly as Open vSwitch renders them; the others give the same facts
 //! in Open vSwitch's headline form (most of them identical too; see the oracle tests).
+//!
+//! One file on purpose: it is the mirror of Open vSwitch's `ofp-print.c`, one function per
+//! message in the same order, checked line by line against `ovs-ofctl ofp-print`; keeping it
+//! whole keeps that comparison a side-by-side read.
 
 use super::bundle::BundleCtrlType;
 use super::multipart::{MultipartReplyBody, MultipartRequestBody};

@@ -17,6 +17,10 @@
 //! built once ([`SharedConj`]) and shared by the nodes' FlowSets. Stateful: `ct_state=+est`/`+rel` pass before any policy (static flows), so only the
 //! first packet of a connection is judged; the connection is committed after the last
 //! judgement (table 30 for traffic leaving this node, table 80 for local delivery).
+//!
+//! One file on purpose: the conjunction planning (dimensions, ids, priorities) and the flows it
+//! emits for tables 27 and 80 share one set of invariants, tested together; half the file is
+//! those tests.
 
 use super::builder::{FlowBuilder, PipelineError};
 use super::cookie::{self, Feature, ObjectKind};

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 
 fn ctl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(flowmesh_tests::bins::flowmeshctl())
+    let out = Command::new(env!("CARGO_BIN_EXE_flowmeshctl"))
         .args(args)
         .output()
         .expect("run flowmeshctl");
