@@ -65,7 +65,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         if std::env::var_os(var).is_none() {
             return Err(format!(
                 "set {var} to the directory of the binaries to measure (e.g. target/release after \
-                 cargo build --release -p controller -p agent-shim)"
+                 cargo build --release -p controller -p flowmeshctl -p agent-shim)"
             ));
         }
     }
