@@ -8,11 +8,10 @@
 use flowmesh_tests::cni::add_pod_via_cni;
 use flowmesh_tests::e2e::{ControllerOptions, LabController};
 use flowmesh_tests::egress::wait_for;
+use flowmesh_tests::ping::SteadyPing;
 use flowmesh_tests::{EtcdCluster, NetnsLab};
-use std::collections::BTreeSet;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,52 +172,19 @@ fn pod_traffic_survives_killing_the_leader() {
         })
     });
     // A steady ping, 20 ms apart, from before the kill until after the takeover, however
-    // long that takes; it is stopped with SIGINT and judged on the sequence numbers it got
-    // back (none missing up to the last answered one: the request in flight at SIGINT is no
-    // loss). A reader thread publishes the last answered sequence number as it goes.
-    let mut ping = Command::new("ip")
-        .args([
-            "netns", "exec", &a.ns, "ping", "-n", "-i", "0.02", "-W", "1",
-        ])
-        .arg(b.ip.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("ping");
-    let ping_out = ping.stdout.take().expect("ping stdout");
-    let last_seq = Arc::new(AtomicU32::new(0));
-    let last_seq2 = last_seq.clone();
-    let ping_reader = std::thread::spawn(move || {
-        let mut answered = BTreeSet::new();
-        for line in std::io::BufReader::new(ping_out)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let seq = line
-                .split("icmp_seq=")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok());
-            if let Some(seq) = seq {
-                answered.insert(seq);
-                last_seq2.fetch_max(seq, Ordering::Relaxed);
-            }
-        }
-        answered
-    });
+    // long that takes.
+    let ping = SteadyPing::start(&a.ns, b.ip.into(), "0.02").expect("ping");
     // Both run before the kill: the stream has made round trips (so it is connected and
     // echoing) and the ping has been answered.
-    let (echoes_seen, pings_seen) = (&echoed, &last_seq);
-    let running = |echoes: u32, pings: u32| {
-        move || {
-            (echoes_seen.load(Ordering::Relaxed) >= echoes
-                && pings_seen.load(Ordering::Relaxed) >= pings)
-                .then_some(())
-        }
+    let echoes = |n: u32| {
+        let want = echoed.load(Ordering::Relaxed) + n;
+        wait("the TCP stream to echo", Duration::from_secs(20), || {
+            (echoed.load(Ordering::Relaxed) >= want).then_some(())
+        });
     };
-    wait(
-        "the TCP stream and ping to run",
-        Duration::from_secs(20),
-        running(10, 10),
-    );
+    echoes(10);
+    ping.wait_more_answered(10, Duration::from_secs(20))
+        .expect("ping answered before the kill");
 
     eprintln!("stream and ping running");
     let t0 = Instant::now();
@@ -231,36 +197,26 @@ fn pod_traffic_survives_killing_the_leader() {
     );
     let took = t0.elapsed();
     // Traffic keeps flowing after the takeover: 10 more of each, then stop both.
-    wait(
-        "the TCP stream and ping to run after the takeover",
-        Duration::from_secs(20),
-        running(
-            echoed.load(Ordering::Relaxed) + 10,
-            last_seq.load(Ordering::Relaxed) + 10,
-        ),
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(ping.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT to ping");
-    let _ = ping.wait();
-    let answered = ping_reader.join().expect("ping reader");
+    echoes(10);
+    ping.wait_more_answered(10, Duration::from_secs(20))
+        .expect("ping answered after the takeover");
+    let ping = ping.stop();
     stop.store(true, Ordering::Relaxed);
     let (echoed, worst) = stream
         .join()
         .expect("stream thread")
         .unwrap_or_else(|e| panic!("TCP stream broke across the takeover: {e}"));
-    let last = answered.last().copied().unwrap_or(0);
-    let missing: Vec<u32> = (1..=last).filter(|s| !answered.contains(s)).collect();
     eprintln!(
-        "takeover {} ms; ping: {last} answered in a row; tcp: {echoed} round trips, slowest {} ms",
+        "takeover {} ms; ping: {} answered in a row; tcp: {echoed} round trips, slowest {} ms",
         took.as_millis(),
+        ping.last,
         worst.as_millis()
     );
     assert!(
-        missing.is_empty(),
-        "pings lost across the takeover: icmp_seq {missing:?} of 1..={last}"
+        ping.missing.is_empty(),
+        "pings lost across the takeover: icmp_seq {:?} of 1..={}",
+        ping.missing,
+        ping.last
     );
 
     // Right after the takeover, a CNI ADD (its node API call balanced over both replicas,
