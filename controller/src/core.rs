@@ -61,18 +61,61 @@ pub struct Effects {
     /// Records to write (durably, before anything is acknowledged).
     pub changes: Vec<Change>,
     /// A node whose switch must be connected and acknowledge (e.g. the node of an attached pod).
+    /// When it cannot, the call fails and [`Effects::undo`] takes the change back, so a failed
+    /// call leaves nothing behind (a CNI ADD that fails is retried from scratch).
     pub require_connected: Option<String>,
+    /// How to take the change back when the switch of `require_connected` does not take it.
+    pub undo: Option<Undo>,
     /// Events to publish once acknowledged.
     pub events: Vec<Event>,
 }
 
+/// A mutation's inverse: changes the model back and says what that touched. It checks that
+/// what it undoes is still as the mutation left it, and refuses otherwise.
+pub type Undo = Box<dyn FnOnce(&mut ClusterModel) -> Result<Effects, ApiError> + Send>;
+
 impl Effects {
     /// Fold another mutation's effects into these (one transaction of several objects). The
-    /// other's connection requirement is not carried over: a transaction names at most one.
+    /// other's connection requirement and undo are not carried over: a transaction names at
+    /// most one.
     pub fn merge(&mut self, other: Effects) {
         self.affected.merge(other.affected);
         self.changes.extend(other.changes);
         self.events.extend(other.events);
+    }
+}
+
+/// What a mutation's call waits for.
+enum Awaited {
+    /// The store's write (with a shared store: the write, then the flows sent after it).
+    Store,
+    /// A switch's acknowledgement that the call does not depend on.
+    Switch(String),
+    /// The acknowledgement of the switch the change requires.
+    RequiredSwitch(String),
+}
+
+/// The refusal of a change whose required switch is not connected (nothing was stored).
+fn switch_not_connected(node: &str) -> ApiError {
+    ApiError::Unavailable(format!(
+        "the switch of node {node} is not connected, so nothing was stored"
+    ))
+}
+
+/// Take back a stored change whose required switch failed it (`failed`), and say so: the
+/// error of the call, which then leaves nothing behind — or, if the undo could not run, says
+/// that the change is still stored.
+async fn take_back(core: Option<CoreHandle>, undo: Undo, failed: ApiError) -> ApiError {
+    let Some(core) = core else {
+        return ApiError::Unavailable(format!(
+            "{failed}; the controller is shutting down, so the change is still stored"
+        ));
+    };
+    match core.mutate(move |m| undo(m).map(|fx| ((), fx))).await {
+        Ok(()) => ApiError::Unavailable(format!("{failed}; the change was undone")),
+        Err(u) => ApiError::Unavailable(format!(
+            "{failed}; undoing the change failed ({u}), so it is still stored"
+        )),
     }
 }
 
@@ -367,6 +410,8 @@ pub struct Core {
     reconcilers: HashMap<String, ReconcilerHandle>,
     unknown: HashMap<u64, ReconcilerHandle>,
     connected: HashMap<u64, (u64, Arc<dyn SwitchLink>)>,
+    /// The core's own command channel (weak: the core ends when every handle is gone).
+    me: mpsc::WeakUnboundedSender<CoreCmd>,
     events: broadcast::Sender<Event>,
     metrics: Arc<Metrics>,
     cfg: CoreConfig,
@@ -672,6 +717,7 @@ impl Core {
             reconcilers: HashMap::new(),
             unknown: HashMap::new(),
             connected: HashMap::new(),
+            me: tx.downgrade(),
             events: events.clone(),
             metrics: metrics.clone(),
             cfg,
@@ -992,6 +1038,22 @@ impl Core {
         let Some((mut effects, finish)) = f(&mut self.model) else {
             return;
         };
+        // A change that needs a switch which is not connected is taken back before anything
+        // is stored or sent.
+        if let Some(node) = effects.require_connected.clone() {
+            if !self.switch_serves(&node) {
+                if let Some(undo) = effects.undo.take() {
+                    match undo(&mut self.model) {
+                        Ok(_) => {
+                            finish(Err(switch_not_connected(&node)));
+                            return;
+                        }
+                        // Cannot happen (nothing ran in between); store the change as made.
+                        Err(e) => tracing::error!(error = %e, "undoing a refused change"),
+                    }
+                }
+            }
+        }
         let conflicts = self.model.egress_firewall_conflicts();
         for (netid, reason) in &conflicts {
             if self.firewall_conflicts.get(netid) != Some(reason) {
@@ -1005,7 +1067,7 @@ impl Core {
         self.firewall_conflicts = conflicts;
         // Durability and switch programming run side by side; the call is answered when both
         // are done.
-        let mut waits = Vec::new();
+        let mut waits: Vec<(Awaited, oneshot::Receiver<Result<(), ApiError>>)> = Vec::new();
         // With a shared store, flows go out only once the change is stored (in the order the
         // mutations ran): a write refused by the store (conflict, no quorum) leaves the
         // switches untouched.
@@ -1026,9 +1088,9 @@ impl Core {
                     sends: Vec::new(),
                     result: Some(rtx),
                 });
-                waits.push(rrx);
+                waits.push((Awaited::Store, rrx));
             } else {
-                waits.push(rx);
+                waits.push((Awaited::Store, rx));
             }
         } else if shared {
             held = Some(Dispatch {
@@ -1060,7 +1122,14 @@ impl Core {
                     let _ = h.tx.send(ReconcileCmd::Desired { flows: fs, ack });
                 }
             }
-            waits.push(rx);
+            waits.push((
+                if require {
+                    Awaited::RequiredSwitch(node)
+                } else {
+                    Awaited::Switch(node)
+                },
+                rx,
+            ));
         }
         if let (Some(d), Some(q)) = (held, &self.dispatch) {
             let _ = q.send(d);
@@ -1074,25 +1143,44 @@ impl Core {
         let events = self.events.clone();
         let metrics = self.metrics.clone();
         let evs = effects.events;
+        let undo = effects.undo;
+        let handle = self.handle();
         tokio::spawn(async move {
             let mut result = Ok(());
-            for rx in waits {
-                match tokio::time::timeout(ACK_TIMEOUT, rx).await {
-                    Ok(Ok(Ok(()))) => {}
-                    Ok(Ok(Err(e))) if shared => {
+            let mut pending = Vec::new();
+            for (what, rx) in waits {
+                let e = match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+                    Ok(Ok(Ok(()))) => continue,
+                    Ok(Ok(Err(e))) => e,
+                    Ok(Err(_)) => ApiError::Unavailable("a switch reconciler stopped".into()),
+                    Err(_) => ApiError::Unavailable(match &what {
+                        Awaited::Store => format!(
+                            "the change was not confirmed within {}s",
+                            ACK_TIMEOUT.as_secs()
+                        ),
+                        Awaited::Switch(n) | Awaited::RequiredSwitch(n) => format!(
+                            "the switch of node {n} did not acknowledge within {}s",
+                            ACK_TIMEOUT.as_secs()
+                        ),
+                    }),
+                };
+                match what {
+                    Awaited::Store if shared => {
                         // The store refused the change: its flows were never sent.
                         result = Err(e);
                         break;
                     }
-                    Ok(Ok(Err(e))) => result = Err(e),
-                    Ok(Err(_)) => {
-                        result = Err(ApiError::Unavailable("a switch reconciler stopped".into()))
-                    }
-                    Err(_) => {
-                        result = Err(ApiError::Unavailable(format!(
-                            "switches did not acknowledge within {}s",
-                            ACK_TIMEOUT.as_secs()
-                        )))
+                    // The store failed the write: the core relists what is stored.
+                    Awaited::Store => result = Err(e),
+                    // The change is stored; the switch gets it when it connects or answers
+                    // (reconnect resync, audit): the call succeeds.
+                    Awaited::Switch(node) => pending.push((node, e)),
+                    Awaited::RequiredSwitch(_) => {
+                        result = Err(match undo {
+                            Some(undo) => take_back(handle, undo, e).await,
+                            None => e,
+                        });
+                        break;
                     }
                 }
             }
@@ -1102,9 +1190,36 @@ impl Core {
                     tracing::info!(kind = %e.kind, object = %e.object, "{}", e.message);
                     let _ = events.send(e);
                 }
+                for (node, e) in pending {
+                    let e = Event::now(
+                        "FlowsPending",
+                        format!("node/{node}"),
+                        format!("the change is stored; the flows of node {node} wait for its switch ({e})"),
+                    );
+                    tracing::warn!(kind = %e.kind, object = %e.object, "{}", e.message);
+                    let _ = events.send(e);
+                }
             }
             finish(result);
         });
+    }
+
+    /// A handle on this core (for work a mutation's task sends back to it); None once the
+    /// controller is shutting down.
+    fn handle(&self) -> Option<CoreHandle> {
+        Some(CoreHandle {
+            tx: self.me.upgrade()?,
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    /// Whether the switch of `node` is connected and may serve it.
+    fn switch_serves(&self, node: &str) -> bool {
+        self.model
+            .node(node)
+            .and_then(|n| self.connected.get(&n.dpid))
+            .is_some_and(|(_, l)| l.may_serve(node))
     }
 
     /// The reconciler of a node, started (with an empty desired set) if it does not exist yet,
@@ -1339,6 +1454,7 @@ impl Core {
                     affected,
                     changes: vec![egress_change(m)],
                     require_connected: None,
+                    undo: None,
                     events: vec![ev],
                 },
                 finish,
@@ -1555,3 +1671,7 @@ impl CoreHandle {
         self.events.subscribe()
     }
 }
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

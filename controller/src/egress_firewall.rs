@@ -379,6 +379,7 @@ pub fn apply_in(m: &mut ClusterModel, f: EgressFirewall) -> Result<(Applied, Eff
             affected,
             changes,
             require_connected: None,
+            undo: None,
             events: vec![ev],
         },
     ))
@@ -409,6 +410,7 @@ pub async fn delete(core: &CoreHandle, namespace: String, name: String) -> Resul
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -452,6 +454,7 @@ pub async fn set_addresses(
                     addresses: addrs.iter().copied().collect(),
                 }))],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))

@@ -67,6 +67,7 @@ pub fn apply_policy_in(
             affected,
             changes: vec![Change::Put(Record::NetworkPolicy(p))],
             require_connected: None,
+            undo: None,
             events: vec![ev],
         },
     ))
@@ -91,6 +92,7 @@ pub async fn delete_policy(
                 affected,
                 changes: vec![Change::Delete(RecordKey::NetworkPolicy(namespace, name))],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -169,6 +171,7 @@ pub async fn label_namespace(
                 affected,
                 changes: vec![namespace_change(m, &name)],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -211,6 +214,7 @@ pub async fn label_pod(
                 affected,
                 changes: vec![pod_change(m, &namespace, &name)],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
