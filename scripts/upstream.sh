@@ -25,7 +25,7 @@ command -v go >/dev/null || { echo "upstream.sh: no go (expected /usr/local/go/b
 go_version=$(go env GOVERSION)
 key=$(
   cd "$modules"
-  { echo "recipe $RECIPE"; echo "$go_version"; sha256sum */go.mod */go.sum */tools.go; } |
+  { echo "recipe $RECIPE"; echo "$go_version"; sha256sum -- */go.mod */go.sum */tools.go; } |
     sha256sum | cut -c1-16
 )
 out=$cache/$key
@@ -35,6 +35,15 @@ if [[ ${1-} == --key ]]; then echo "$bin"; exit 0; fi
 if [[ -f $out/complete ]]; then echo "$bin"; exit 0; fi
 
 log() { echo "upstream.sh: $*" >&2; }
+
+# One build per key at a time (a test and CI may both ask); a waiter finds the work done.
+mkdir -p "$cache"
+exec 9>"$cache/$key.lock"
+if ! flock -n 9; then
+  log "waiting for another run building $key"
+  flock 9
+fi
+if [[ -f $out/complete ]]; then echo "$bin"; exit 0; fi
 
 # Debian packages the cgo builds need (runc's seccomp, the static pause), installed if missing.
 need=()
