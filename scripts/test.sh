@@ -2,8 +2,69 @@
 # The whole flowmesh test suite: system packages, format check, every test of every crate
 # (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end).
 # Needs root: the tests create network namespaces and run their own Open vSwitch daemons.
+#
+# Every test binary runs even when an earlier one fails (--no-fail-fast); at the end the names
+# of the failed tests and one line `N passed, N failed, N skipped` (summed over every binary's
+# and the doc-tests' `test result:` lines) are printed. Exits non-zero if anything failed.
+#
+# `bash scripts/test.sh --summary-of LOG` prints only that summary for a saved `cargo test`
+# output (and exits as the suite would, minus cargo's own status): to check the parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Reads cargo test output on stdin; prints the failed tests (as `FAILED <binary>: <test>`) and
+# the summary line; exits 1 if a test failed or a test binary ended without a result line
+# (crashed, killed), 0 otherwise.
+summarize() {
+    awk '
+        function binary_done() {
+            if (bin != "" && !has_result) { lost[++nlost] = bin }
+            bin = ""
+        }
+        # "     Running tests/e2e_ha.rs (target/debug/deps/e2e_ha-0123abcd)": the binary is
+        # named after its file in deps/ without the hash (unit tests: the crate or bin name).
+        /^[ \t]+Running / {
+            binary_done()
+            b = $0
+            sub(/.*\(/, "", b); sub(/\).*/, "", b); sub(/.*\//, "", b); sub(/-[0-9a-f]+$/, "", b)
+            bin = b; has_result = 0; collecting = 0
+            next
+        }
+        /^[ \t]+Doc-tests / {
+            binary_done()
+            bin = "doc-tests " $2; has_result = 0; collecting = 0
+            next
+        }
+        # libtest lists the failed tests last, under a second "failures:" heading (the first
+        # one heads their captured output): keep only the last list before the result line.
+        /^failures:$/ { collecting = 1; nc = 0; next }
+        collecting && /^    [^ ]/ { cand[++nc] = substr($0, 5); next }
+        /^test result: (ok|FAILED)\. [0-9]+ passed; [0-9]+ failed; / {
+            has_result = 1; collecting = 0
+            if (match($0, /[0-9]+ passed/)) passed += substr($0, RSTART, RLENGTH) + 0
+            if (match($0, /[0-9]+ failed/)) failed += substr($0, RSTART, RLENGTH) + 0
+            if (match($0, /[0-9]+ ignored/)) skipped += substr($0, RSTART, RLENGTH) + 0
+            if ($0 ~ /^test result: FAILED/) {
+                for (i = 1; i <= nc; i++) names[++nnames] = (bin == "" ? "?" : bin) ": " cand[i]
+            }
+            nc = 0
+            next
+        }
+        END {
+            binary_done()
+            for (i = 1; i <= nnames; i++) print "FAILED " names[i]
+            for (i = 1; i <= nlost; i++) print "FAILED " lost[i] ": ended without a test result (crashed or killed)"
+            printf "%d passed, %d failed, %d skipped\n", passed, failed + nlost, skipped
+            exit (failed + nlost > 0) ? 1 : 0
+        }
+    '
+}
+
+if [ "${1:-}" = "--summary-of" ]; then
+    summarize <"$2"
+    exit
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
     echo "flowmesh tests need root (network namespaces, private Open vSwitch daemons)." >&2
     echo "run: sudo bash scripts/test.sh" >&2
@@ -17,4 +78,20 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_d
 export FLOWMESH_BIN_DIR="${FLOWMESH_BIN_DIR:-$target_dir/debug}"
 export FLOWMESH_SHIM_BIN_DIR="${FLOWMESH_SHIM_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 export FLOWMESH_CONTROLLER_BIN_DIR="${FLOWMESH_CONTROLLER_BIN_DIR:-$FLOWMESH_BIN_DIR}"
-cargo test --workspace --locked -- --test-threads="${FLOWMESH_TEST_THREADS:-4}"
+
+log=$(mktemp -t flowmesh-test.XXXXXX)
+trap 'rm -f "$log"' EXIT
+# cargo's output shows as it runs and is kept for the summary; with pipefail the pipeline's
+# status is cargo's (tee does not hide it), and `|| cargo_status=$?` keeps set -e from
+# stopping before the summary.
+cargo_status=0
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${FLOWMESH_TEST_THREADS:-4}" 2>&1 \
+    | tee "$log" || cargo_status=$?
+summary_status=0
+summary=$(summarize <"$log") || summary_status=$?
+echo
+if [ "$cargo_status" -ne 0 ] && [ "$summary_status" -eq 0 ]; then
+    echo "cargo test exited with status $cargo_status (a build failure, or a test binary that did not run)"
+fi
+echo "$summary"
+[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ]

@@ -298,6 +298,9 @@ pub struct GetArgs {
     /// Only pods or NetworkPolicies of this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// Objects of every namespace, as kubectl's `-A` (also the default without `-n`).
+    #[arg(short = 'A', long = "all-namespaces", conflicts_with = "namespace")]
+    pub all_namespaces: bool,
     /// For events: keep following new events.
     #[arg(short = 'w', long)]
     pub watch: bool,

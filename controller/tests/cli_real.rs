@@ -208,6 +208,45 @@ fn get_switches_shows_the_registered_dpid_of_a_switch_not_connected() {
     );
 }
 
+/// Issue 27: an attach refused because the pod's switch is not connected leaves nothing
+/// behind: no pod in `get pods -A`, and a retry meets the same refusal, not "already exists".
+#[test]
+fn a_refused_attach_leaves_nothing_behind() {
+    let (_dir, c) = bare();
+    let s = c.grpc;
+    ctl(
+        s,
+        &[
+            "node",
+            "add",
+            "node-1",
+            "--ip",
+            "172.31.0.1",
+            "--dpid",
+            "0xa1",
+        ],
+    )
+    .ok();
+    ctl(s, &["namespace", "create", "foo"]).ok();
+    let attach = [
+        "pod", "attach", "--node", "node-1", "-n", "foo", "--name", "b", "--port", "veth-b",
+        "--ofport", "6",
+    ];
+    for attempt in 0..2 {
+        let err = ctl(s, &attach).fails().to_string();
+        assert!(
+            err.starts_with("error: attach pod \"foo/b\": the switch of node node-1 is not connected, so nothing was stored"),
+            "attempt {attempt}: {err}"
+        );
+        for all in ["-A", "--all-namespaces"] {
+            let pods = json(ctl(s, &["get", "pods", all, "-o", "json"]).ok());
+            assert_eq!(pods, serde_json::json!([]), "attempt {attempt}, {all}");
+        }
+    }
+    // -A and -n together is a usage error, as in kubectl.
+    assert_eq!(ctl(s, &["get", "pods", "-A", "-n", "foo"]).code, Some(2));
+}
+
 /// Every error path that carries a hint, against the real controller: exactly the expected
 /// line, so a hint is never doubled (server and client) and names the right object.
 #[test]
@@ -254,7 +293,7 @@ fn every_error_has_one_hint_naming_the_right_object() {
         ),
         (
             vec!["pod", "attach", "--node", "node-1", "-n", "blue", "--name", "a", "--port", "veth-a", "--ofport", "3"],
-            "error: attach pod \"blue/a\": the switch of node node-1 is not connected (a pod's flows must reach its switch: is flowmesh-shim running on node-1, its bridge connected to the controller? see: flowmeshctl get switches)".into(),
+            "error: attach pod \"blue/a\": the switch of node node-1 is not connected, so nothing was stored (a pod's flows must reach its switch: is flowmesh-shim running on node-1, its bridge connected to the controller? see: flowmeshctl get switches)".into(),
         ),
         (
             vec!["pod", "detach", "-n", "blue", "--name", "nosuch"],

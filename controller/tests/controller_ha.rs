@@ -237,6 +237,8 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
         },
     )
     .await;
+    // A window in which the fenced leader could send flow-mods: that it sends none is what
+    // is tested.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(metric(old, MODS), mods, "the fenced leader sent flow-mods");
     assert!(

@@ -527,6 +527,8 @@ async fn watch_faults_and_an_unreachable_api_server_leave_the_switches_alone() {
     let r = ctl(c.grpc, &["label", "namespace", "ns1", "team=blue"]);
     let err = r.fails();
     assert!(err.contains("Kubernetes API server"), "{err}");
+    // A window with the API away in which a flow-mod would be counted: that none is sent
+    // is what is tested.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         metric(&c, MODS),
@@ -565,6 +567,7 @@ async fn watch_faults_and_an_unreachable_api_server_leave_the_switches_alone() {
     let mut admin = c.admin().await;
     wait_synced(&mut admin, &NODE_NAMES).await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    // A window after the resync in which a late flow-mod would be counted (what is tested).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(metric(&c, MODS), 0, "a restart sent flow-mods");
 }
@@ -798,6 +801,8 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     // A second replica: it creates nothing but reads the Lease; the first one's shutdown
     // updates it (resign).
     let c2 = kube_controller(dir.path(), &api, "c2", &["--replica-id", "r2"]);
+    // A second of a standby's life, whose calls join the RBAC check below (nothing the mock
+    // records tells this replica's calls from the leader's, so there is no event to wait on).
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(c2);
     drop(sbx);
@@ -956,7 +961,8 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
         api.list("hostsubnets", None),
         api.list("events.events.k8s.io", None)
     );
-    // Reported once, not on every retry.
+    // Reported once, not on every retry: a window of several retries in which a second
+    // event would show (what is tested).
     tokio::time::sleep(Duration::from_secs(6)).await;
     let n = warnings_about(&api, "node-c").len();
     assert_eq!(n, 1, "{:?}", api.list("events.events.k8s.io", None));

@@ -185,6 +185,7 @@ async fn controller_restart_with_unchanged_state_sends_no_flow_mod() {
     ctl.spawn();
     let mut admin = ctl.admin().await;
     wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    // A window after the resync in which a late flow-mod would be counted (what is tested).
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     assert_eq!(

@@ -319,6 +319,7 @@ pub struct DnsSchedule {
     /// The last lookup's error ("" when it succeeded).
     pub last_error: String,
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,12 +124,19 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        let mut pids = Vec::new();
         for d in ["ovs-vswitchd", "ovsdb-server"] {
             if let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("{d}.pid"))) {
                 let _ = Command::new("kill").arg(pid.trim()).status();
+                pids.extend(pid.trim().parse::<u32>().ok());
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        // The directory goes once the daemons that write into it are gone.
+        flowmesh_tests::egress::wait_for(std::time::Duration::from_secs(10), || {
+            pids.iter()
+                .all(|&p| !flowmesh_tests::process::pid_alive(p, None))
+                .then_some(())
+        });
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

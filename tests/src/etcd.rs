@@ -84,7 +84,26 @@ impl EtcdCluster {
                 bin.display()
             ));
         }
-        let run = RunDir::create().map_err(|e| e.to_string())?;
+        // The ports are picked before etcd binds them, so another process may take one in
+        // between: a member that could not bind says so in its log, and the cluster starts
+        // again on fresh ports.
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(n, netns) {
+                Ok(c) => return Ok(c),
+                Err((e, true)) if attempt < 3 => {
+                    eprintln!("etcd: a port was taken before etcd bound it, again: {e}");
+                    attempt += 1;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// One start on freshly picked ports; on failure, why and whether a port was taken (the
+    /// members started are stopped).
+    fn start_once(n: usize, netns: Option<&str>) -> Result<Self, (String, bool)> {
+        let run = RunDir::create().map_err(|e| (e.to_string(), false))?;
         let mut members = Vec::new();
         for i in 0..n {
             let name = format!("m{i}");
@@ -92,8 +111,8 @@ impl EtcdCluster {
                 data: run.path().join(format!("etcd-{name}")),
                 log: run.path().join(format!("etcd-{name}.log")),
                 name,
-                client: free_port()?,
-                peer: free_port()?,
+                client: free_port().map_err(|e| (e, false))?,
+                peer: free_port().map_err(|e| (e, false))?,
                 process: None,
             });
         }
@@ -110,11 +129,20 @@ impl EtcdCluster {
             run,
             netns: netns.map(str::to_string),
         };
-        for i in 0..n {
-            c.spawn(i)?;
+        let started = (0..n)
+            .try_for_each(|i| c.spawn(i))
+            .and_then(|()| c.wait_writable(Duration::from_secs(30)));
+        match started {
+            Ok(()) => Ok(c),
+            Err(e) => Err((e, c.a_port_was_taken())),
         }
-        c.wait_writable(Duration::from_secs(30))?;
-        Ok(c)
+    }
+
+    /// Whether a member's log says it could not bind its port.
+    fn a_port_was_taken(&self) -> bool {
+        self.members.iter().any(|m| {
+            std::fs::read_to_string(&m.log).is_ok_and(|l| l.contains("address already in use"))
+        })
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), String> {

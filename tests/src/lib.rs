@@ -22,6 +22,7 @@ pub mod netns;
 pub mod of_listener;
 pub mod ovs;
 pub mod pcap;
+pub mod ping;
 pub mod process;
 pub mod rundir;
 pub mod sandbox;

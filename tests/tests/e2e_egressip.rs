@@ -380,10 +380,19 @@ fn egress_ips_carry_a_namespaces_outside_traffic() {
         l.c.shims[i - 1] = flowmesh_tests::cni::start_shim(&l.c.lab, i, &so).expect("shim restart");
     }
     l.c.wait_all_synced("switches after restart");
-    // Past the shims' first reconcile with a list from the controller.
+    // A window past the shims' first reconcile with a list from the controller, in which a
+    // reconcile that changed something would show: an unchanged reconcile logs nothing, so
+    // there is no event to wait on, and that nothing changes is what is tested.
     std::thread::sleep(Duration::from_secs(3));
     let last_seq = prober.sent();
-    std::thread::sleep(Duration::from_millis(500));
+    // The last probe counted has arrived (a lost one never does; the check below says which).
+    wait_for(Duration::from_secs(10), || {
+        l.udp
+            .arrivals()
+            .iter()
+            .any(|a| a.seq >= last_seq)
+            .then_some(())
+    });
     drop(prober);
     assert_eq!(
         metric(&l.c, "flowmesh_flow_mods_sent_total"),
@@ -466,6 +475,8 @@ fn automatic_failover_moves_the_ip_without_leaking() {
     settle("probes arrive from the egress IP", || {
         l.udp.arrivals().iter().any(|a| a.src == eip).then_some(())
     });
+    // Half a second of probes through node2 before it dies: the baseline the failover's gap
+    // is measured against (a window by design, not a wait for something).
     std::thread::sleep(Duration::from_millis(500));
 
     let killed = kill_node(&mut l.c, 2).expect("kill node2");
@@ -473,6 +484,8 @@ fn automatic_failover_moves_the_ip_without_leaking() {
         let f = failover(&l.udp.arrivals(), killed, eip, &l.node_ips);
         f.gap.map(|_| ())
     });
+    // A window after the failover in which a probe leaking from a node's own address would
+    // be seen: that none does is what is tested.
     std::thread::sleep(Duration::from_millis(500));
     let f = failover(&l.udp.arrivals(), killed, eip, &l.node_ips);
     println!(
@@ -513,12 +526,20 @@ fn automatic_failover_moves_the_ip_without_leaking() {
         l.egress_table(2),
         flowmesh_tests::cni::log_tail(&l.c.shims[1].log, 30)
     );
+    // A window in which the revived node2 could take the IP back: that it stays on node3
+    // is what is tested.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(l.placed_on("shop", eip).as_deref(), Some("node3"));
     let n = l.udp.arrivals().len();
-    std::thread::sleep(Duration::from_millis(500));
+    let more = wait_for(Duration::from_secs(10), || {
+        (l.udp.arrivals().len() >= n + 10).then_some(())
+    });
     let recent = l.udp.arrivals();
-    assert!(recent.len() > n, "probes still arrive");
+    assert!(
+        more.is_some(),
+        "probes still arrive: {} since",
+        recent.len() - n
+    );
     assert!(
         recent[n..].iter().all(|a| a.src == eip),
         "{:?}",
@@ -580,6 +601,7 @@ fn manual_failover_then_no_usable_node_drops() {
             .find(|a| a.src == eip2 || a.src == eip3)
             .map(|a| a.src)
     });
+    // A baseline of probes through the first carrier before it dies (a window by design).
     std::thread::sleep(Duration::from_millis(300));
     let (first, other, other_ip) = if carrier == eip2 {
         (2, 3, eip3)
@@ -599,6 +621,7 @@ fn manual_failover_then_no_usable_node_drops() {
 
     // No usable node left: probes stop and none leaks.
     let killed = kill_node(&mut l.c, other).expect("kill the second");
+    // A window in which nothing may arrive 1.5 s after the kill: what is tested.
     std::thread::sleep(Duration::from_secs(3));
     let late: Vec<_> = l
         .udp

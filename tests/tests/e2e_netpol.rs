@@ -89,7 +89,7 @@ fn udp(a: &CniPod, b: &CniPod) -> bool {
 
 /// Waits until `probe` answers `want` (a switch applies a change to packets of flows it has
 /// cached in its datapath only once its revalidators ran, shortly after the barrier), at most
-/// 5 s; prints how long the change took to show.
+/// 15 s; prints how long the change took to show.
 fn settles(want: bool, what: &str, probe: impl Fn() -> bool) {
     let t = Instant::now();
     loop {
@@ -97,9 +97,10 @@ fn settles(want: bool, what: &str, probe: impl Fn() -> bool) {
             println!("{what}: after {:?}", t.elapsed());
             return;
         }
+        // A bound, not a wait: a change shows in well under a second on a quiet machine.
         assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "{what}: not after 5 s"
+            t.elapsed() < Duration::from_secs(15),
+            "{what}: not after 15 s"
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -9,6 +9,7 @@
 
 use flowmesh_tests::e2e::{CniCluster, ControllerOptions};
 use flowmesh_tests::egress::wait_for;
+use flowmesh_tests::ping::SteadyPing;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -56,20 +57,11 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
     let b_port = iface(&c, 2, &b.host_veth).expect("b's port");
     assert!(iface(&c, 2, &gone.host_veth).is_some());
 
-    // A steady ping a -> b (every 20 ms, 5 s) across the shim restart on b's node.
-    let ping = {
-        let ns = a.ns.clone();
-        let dst = b.ip.to_string();
-        std::thread::spawn(move || {
-            Command::new("ip")
-                .args([
-                    "netns", "exec", &ns, "ping", "-n", "-O", "-i", "0.02", "-c", "250", "-W", "1",
-                    &dst,
-                ])
-                .output()
-        })
-    };
-    std::thread::sleep(Duration::from_millis(500));
+    // A steady ping a -> b (every 20 ms) from before the shim stops until after it is back
+    // and done, however long that takes.
+    let ping = SteadyPing::start(&a.ns, b.ip.into(), "0.02").expect("ping");
+    ping.wait_more_answered(10, Duration::from_secs(10))
+        .expect("ping answered before the shim stops");
     c.lab.stop_process(c.shims[1].pid);
     // The pod goes away while its node's shim is down: its namespace (and so its veth) is
     // deleted, nobody calls CNI DEL.
@@ -103,20 +95,14 @@ fn shim_and_controller_restarts_keep_pods_and_clean_up() {
     ));
     // The running pod was not touched: same interface row, same ofport.
     assert_eq!(iface(&c, 2, &b.host_veth).as_deref(), Some(b_port.as_str()));
-    let out = ping.join().expect("ping thread").expect("ping");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    // Which requests went unanswered (-O prints them), to tell a lost flow (a run of them)
-    // from one packet.
-    let unanswered: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("no answer yet"))
-        .collect();
+    ping.wait_more_answered(10, Duration::from_secs(10))
+        .expect("ping answered after the shim restart");
+    let ping = ping.stop();
     assert!(
-        text.contains("250 packets transmitted, 250 received"),
-        "pings lost across the shim restart: {unanswered:?}\n{}\nshim log:\n{}",
-        text.lines()
-            .find(|l| l.contains("packets transmitted"))
-            .unwrap_or_default(),
+        ping.missing.is_empty(),
+        "pings lost across the shim restart: icmp_seq {:?} of 1..={}\nshim log:\n{}",
+        ping.missing,
+        ping.last,
         std::fs::read_to_string(&c.shims[1].log).unwrap_or_default()
     );
 

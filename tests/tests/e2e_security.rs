@@ -469,6 +469,8 @@ fn a_switch_presenting_another_nodes_certificate_gets_only_the_default_drop() {
     c.ctl
         .wait_synced(&c.lab, &["node3"], Duration::from_secs(30))
         .unwrap_or_else(|e| c.fail(&format!("node3 back: {e}")));
+    // A window in which node1 could be disturbed by node3's return: that it is not is what
+    // is tested.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         node1_ok(&c),

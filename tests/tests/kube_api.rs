@@ -622,6 +622,8 @@ async fn watcher_relists_after_expiry_and_resumes_after_cuts() {
     assert_eq!(m.open_watches(), 0);
     put_cm(&m, "c0", "3");
     m.delete("configmaps", Some(NS), "c4");
+    // A window in which the reflector must see none of the changes made while the server is
+    // down: that nothing arrives is what is tested.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_ne!(r.state(), mock_state(&m));
     m.set_down(false);

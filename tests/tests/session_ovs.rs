@@ -327,7 +327,8 @@ fn echo_timeout_detects_a_stopped_vswitchd() {
     let (listener, mut events) = listen(&rt, cfg);
     let sbx = one_bridge(&listener.target());
     let (h, _) = wait_ready(&rt, &mut events, Duration::from_secs(15));
-    // Idle echoes keep a live switch connected.
+    // Idle echoes keep a live switch connected: a window of three echo intervals in which
+    // the session must not drop (what is tested, so no condition can end it).
     std::thread::sleep(interval * 3);
     rt.block_on(h.barrier())
         .expect("still connected after idle");

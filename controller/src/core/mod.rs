@@ -7,12 +7,13 @@
 
 pub mod changes;
 pub mod effects;
+mod liveness;
 pub mod load;
 pub mod store_sync;
 mod writer;
 
 pub use changes::{cursors_change, egress_change, namespace_change, node_change, pod_change};
-pub use effects::{Effects, Event};
+pub use effects::{Effects, Event, Undo};
 pub use load::{load_model, load_model_from};
 use writer::{
     dispatcher, lock_slot, revisions, store_writer, Dispatch, SharedRevisions, WriteJob, WriterCmd,
@@ -33,6 +34,40 @@ use topology::{Affected, ClusterModel, FlowSet, Pipeline};
 
 /// How long a mutation waits for its switches' acknowledgements.
 const ACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a mutation's call waits for.
+enum Awaited {
+    /// The store's write (with a shared store: the write, then the flows sent after it).
+    Store,
+    /// A switch's acknowledgement that the call does not depend on.
+    Switch(String),
+    /// The acknowledgement of the switch the change requires.
+    RequiredSwitch(String),
+}
+
+/// The refusal of a change whose required switch is not connected (nothing was stored).
+fn switch_not_connected(node: &str) -> ApiError {
+    ApiError::Unavailable(format!(
+        "the switch of node {node} is not connected, so nothing was stored"
+    ))
+}
+
+/// Take back a stored change whose required switch failed it (`failed`), and say so: the
+/// error of the call, which then leaves nothing behind — or, if the undo could not run, says
+/// that the change is still stored.
+async fn take_back(core: Option<CoreHandle>, undo: Undo, failed: ApiError) -> ApiError {
+    let Some(core) = core else {
+        return ApiError::Unavailable(format!(
+            "{failed}; the controller is shutting down, so the change is still stored"
+        ));
+    };
+    match core.mutate(move |m| undo(m).map(|fx| ((), fx))).await {
+        Ok(()) => ApiError::Unavailable(format!("{failed}; the change was undone")),
+        Err(u) => ApiError::Unavailable(format!(
+            "{failed}; undoing the change failed ({u}), so it is still stored"
+        )),
+    }
+}
 
 type Finish = Box<dyn FnOnce(Result<(), ApiError>) + Send>;
 type MutateFn = Box<dyn FnOnce(&mut ClusterModel) -> Option<(Effects, Finish)> + Send>;
@@ -113,6 +148,8 @@ pub struct Core {
     reconcilers: HashMap<String, ReconcilerHandle>,
     unknown: HashMap<u64, ReconcilerHandle>,
     connected: HashMap<u64, (u64, Arc<dyn SwitchLink>)>,
+    /// The core's own command channel (weak: the core ends when every handle is gone).
+    me: mpsc::WeakUnboundedSender<CoreCmd>,
     events: broadcast::Sender<Event>,
     metrics: Arc<Metrics>,
     cfg: CoreConfig,
@@ -254,6 +291,7 @@ impl Core {
             reconcilers: HashMap::new(),
             unknown: HashMap::new(),
             connected: HashMap::new(),
+            me: tx.downgrade(),
             events: events.clone(),
             metrics: metrics.clone(),
             cfg,
@@ -574,6 +612,22 @@ impl Core {
         let Some((mut effects, finish)) = f(&mut self.model) else {
             return;
         };
+        // A change that needs a switch which is not connected is taken back before anything
+        // is stored or sent.
+        if let Some(node) = effects.require_connected.clone() {
+            if !self.switch_serves(&node) {
+                if let Some(undo) = effects.undo.take() {
+                    match undo(&mut self.model) {
+                        Ok(_) => {
+                            finish(Err(switch_not_connected(&node)));
+                            return;
+                        }
+                        // Cannot happen (nothing ran in between); store the change as made.
+                        Err(e) => tracing::error!(error = %e, "undoing a refused change"),
+                    }
+                }
+            }
+        }
         let conflicts = self.model.egress_firewall_conflicts();
         for (netid, reason) in &conflicts {
             if self.firewall_conflicts.get(netid) != Some(reason) {
@@ -587,7 +641,7 @@ impl Core {
         self.firewall_conflicts = conflicts;
         // Durability and switch programming run side by side; the call is answered when both
         // are done.
-        let mut waits = Vec::new();
+        let mut waits: Vec<(Awaited, oneshot::Receiver<Result<(), ApiError>>)> = Vec::new();
         // With a shared store, flows go out only once the change is stored (in the order the
         // mutations ran): a write refused by the store (conflict, no quorum) leaves the
         // switches untouched.
@@ -608,9 +662,9 @@ impl Core {
                     sends: Vec::new(),
                     result: Some(rtx),
                 });
-                waits.push(rrx);
+                waits.push((Awaited::Store, rrx));
             } else {
-                waits.push(rx);
+                waits.push((Awaited::Store, rx));
             }
         } else if shared {
             held = Some(Dispatch {
@@ -642,7 +696,14 @@ impl Core {
                     let _ = h.tx.send(ReconcileCmd::Desired { flows: fs, ack });
                 }
             }
-            waits.push(rx);
+            waits.push((
+                if require {
+                    Awaited::RequiredSwitch(node)
+                } else {
+                    Awaited::Switch(node)
+                },
+                rx,
+            ));
         }
         if let (Some(d), Some(q)) = (held, &self.dispatch) {
             let _ = q.send(d);
@@ -656,25 +717,44 @@ impl Core {
         let events = self.events.clone();
         let metrics = self.metrics.clone();
         let evs = effects.events;
+        let undo = effects.undo;
+        let handle = self.handle();
         tokio::spawn(async move {
             let mut result = Ok(());
-            for rx in waits {
-                match tokio::time::timeout(ACK_TIMEOUT, rx).await {
-                    Ok(Ok(Ok(()))) => {}
-                    Ok(Ok(Err(e))) if shared => {
+            let mut pending = Vec::new();
+            for (what, rx) in waits {
+                let e = match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+                    Ok(Ok(Ok(()))) => continue,
+                    Ok(Ok(Err(e))) => e,
+                    Ok(Err(_)) => ApiError::Unavailable("a switch reconciler stopped".into()),
+                    Err(_) => ApiError::Unavailable(match &what {
+                        Awaited::Store => format!(
+                            "the change was not confirmed within {}s",
+                            ACK_TIMEOUT.as_secs()
+                        ),
+                        Awaited::Switch(n) | Awaited::RequiredSwitch(n) => format!(
+                            "the switch of node {n} did not acknowledge within {}s",
+                            ACK_TIMEOUT.as_secs()
+                        ),
+                    }),
+                };
+                match what {
+                    Awaited::Store if shared => {
                         // The store refused the change: its flows were never sent.
                         result = Err(e);
                         break;
                     }
-                    Ok(Ok(Err(e))) => result = Err(e),
-                    Ok(Err(_)) => {
-                        result = Err(ApiError::Unavailable("a switch reconciler stopped".into()))
-                    }
-                    Err(_) => {
-                        result = Err(ApiError::Unavailable(format!(
-                            "switches did not acknowledge within {}s",
-                            ACK_TIMEOUT.as_secs()
-                        )))
+                    // The store failed the write: the core relists what is stored.
+                    Awaited::Store => result = Err(e),
+                    // The change is stored; the switch gets it when it connects or answers
+                    // (reconnect resync, audit): the call succeeds.
+                    Awaited::Switch(node) => pending.push((node, e)),
+                    Awaited::RequiredSwitch(_) => {
+                        result = Err(match undo {
+                            Some(undo) => take_back(handle, undo, e).await,
+                            None => e,
+                        });
+                        break;
                     }
                 }
             }
@@ -684,9 +764,36 @@ impl Core {
                     tracing::info!(kind = %e.kind, object = %e.object, "{}", e.message);
                     let _ = events.send(e);
                 }
+                for (node, e) in pending {
+                    let e = Event::now(
+                        "FlowsPending",
+                        format!("node/{node}"),
+                        format!("the change is stored; the flows of node {node} wait for its switch ({e})"),
+                    );
+                    tracing::warn!(kind = %e.kind, object = %e.object, "{}", e.message);
+                    let _ = events.send(e);
+                }
             }
             finish(result);
         });
+    }
+
+    /// A handle on this core (for work a mutation's task sends back to it); None once the
+    /// controller is shutting down.
+    fn handle(&self) -> Option<CoreHandle> {
+        Some(CoreHandle {
+            tx: self.me.upgrade()?,
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    /// Whether the switch of `node` is connected and may serve it.
+    fn switch_serves(&self, node: &str) -> bool {
+        self.model
+            .node(node)
+            .and_then(|n| self.connected.get(&n.dpid))
+            .is_some_and(|(_, l)| l.may_serve(node))
     }
 
     /// The reconciler of a node, started (with an empty desired set) if it does not exist yet,
@@ -837,162 +944,6 @@ impl Core {
             format!("switch/{dpid:#018x}"),
             format!("switch {dpid:#018x} disconnected"),
         ));
-    }
-
-    /// A node's shim opened (`open`) or closed a `WatchEgress` stream. When its last stream
-    /// closes, returns the epoch to hand to [`Core::shim_grace_over`] after the shim grace.
-    pub fn shim_stream(&mut self, node: &str, open: bool) -> Option<(u64, Duration)> {
-        let w = self.shims.entry(node.to_owned()).or_default();
-        w.epoch += 1;
-        if open {
-            w.streams += 1;
-            if std::mem::take(&mut w.lost) {
-                let switch_up = self
-                    .model
-                    .node(node)
-                    .is_some_and(|n| self.connected.contains_key(&n.dpid));
-                self.publish(Event::now(
-                    "ShimWatching",
-                    format!("node/{node}"),
-                    format!("node {node}'s shim watches its egress IPs again"),
-                ));
-                if switch_up {
-                    self.node_liveness(node, true);
-                }
-            }
-            None
-        } else {
-            w.streams = w.streams.saturating_sub(1);
-            (w.streams == 0).then_some((w.epoch, self.cfg.shim_grace))
-        }
-    }
-
-    /// The shim grace after `node`'s last egress watch closed at `epoch` is over: unless a
-    /// stream came back meanwhile, the node is offline for egress IPs (its IPs move or drop
-    /// out as for a lost switch), until its shim watches again.
-    pub fn shim_grace_over(&mut self, node: &str, epoch: u64) {
-        let Some(w) = self.shims.get_mut(node) else {
-            return;
-        };
-        if w.epoch != epoch || w.streams > 0 || w.lost {
-            return;
-        }
-        w.lost = true;
-        tracing::warn!(%node, "the node's shim stopped watching its egress IPs");
-        self.publish(Event::now(
-            "ShimLost",
-            format!("node/{node}"),
-            format!("node {node}'s shim stopped watching its egress IPs: they move or drop out"),
-        ));
-        self.node_liveness(node, false);
-    }
-
-    /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its
-    /// automatic egress IPs move to other nodes, its manual ones drop out of the groups) and
-    /// online again once its switch is back. Affected switches are reprogrammed at once.
-    fn node_liveness(&mut self, node: &str, online: bool) {
-        let node = node.to_string();
-        self.mutate_or_refuse(Box::new(move |m: &mut ClusterModel| {
-            let affected = m.set_node_online(&node, online);
-            if affected.is_empty() {
-                return None;
-            }
-            let ev = Event::now(
-                if online {
-                    "EgressNodeOnline"
-                } else {
-                    "EgressNodeOffline"
-                },
-                format!("node/{node}"),
-                if online {
-                    format!("node {node} is back: its egress IPs are usable again")
-                } else {
-                    format!("node {node}'s switch is gone: its egress IPs moved or dropped out")
-                },
-            );
-            tracing::info!(%node, online, "egress IPs follow node liveness");
-            let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "egress failover not acknowledged by every switch");
-                }
-            });
-            Some((
-                Effects {
-                    affected,
-                    changes: vec![egress_change(m)],
-                    require_connected: None,
-                    events: vec![ev],
-                },
-                finish,
-            ))
-        }), None);
-    }
-
-    /// This replica became leader or standby. A new leader takes over the controller's own
-    /// decisions from its view: egress liveness follows the switches connected to it (and
-    /// the shims watching it).
-    fn standing_changed(&mut self, s: crate::ha::Standing) {
-        let (kind, msg) = match &s {
-            crate::ha::Standing::Leader { generation } => (
-                "LeaderElected",
-                format!("this replica leads (generation {generation}): it is OpenFlow master on every switch"),
-            ),
-            crate::ha::Standing::Standby { generation, leader } => (
-                "Standby",
-                format!(
-                    "this replica is a standby (leader {}, generation {generation}): OpenFlow slave",
-                    leader.as_deref().unwrap_or("unknown")
-                ),
-            ),
-            crate::ha::Standing::Alone => return,
-        };
-        self.publish(Event::now(kind, "controller", msg));
-        if !matches!(s, crate::ha::Standing::Leader { .. })
-            || self.started.elapsed() < self.cfg.liveness_grace
-        {
-            // Within the start-up grace, switches are still connecting: the grace's own
-            // check runs when it ends.
-            return;
-        }
-        self.rejudge_liveness();
-    }
-
-    /// Every node's egress liveness from this replica's own view: online when its switch is
-    /// connected here and its shim has not stopped watching (a new leader's decisions).
-    fn rejudge_liveness(&mut self) {
-        let nodes: Vec<(String, u64)> = self
-            .model
-            .nodes()
-            .map(|n| (n.name.clone(), n.dpid))
-            .collect();
-        for (name, dpid) in nodes {
-            let online = self.connected.contains_key(&dpid)
-                && !self.shims.get(&name).is_some_and(|w| w.lost);
-            self.node_liveness(&name, online);
-        }
-    }
-
-    /// At the end of the start-up grace: nodes whose switch never connected are offline. A
-    /// replica that became leader during the grace also brings back online the nodes its
-    /// predecessor marked offline that are connected here.
-    fn mark_unconnected_offline(&mut self) {
-        if matches!(
-            self.cfg.leadership.standing(),
-            crate::ha::Standing::Leader { .. }
-        ) {
-            self.rejudge_liveness();
-            return;
-        }
-        let connected: std::collections::BTreeSet<u64> = self.connected.keys().copied().collect();
-        let down: Vec<String> = self
-            .model
-            .nodes()
-            .filter(|n| !connected.contains(&n.dpid))
-            .map(|n| n.name.clone())
-            .collect();
-        for n in down {
-            self.node_liveness(&n, false);
-        }
     }
 
     /// Whether this replica does the leader's work (alone, or elected).

@@ -93,6 +93,7 @@ pub fn set_net_namespace_egress_in(
         affected,
         changes: vec![egress_change(m)],
         require_connected: None,
+        undo: None,
     })
 }
 
@@ -135,6 +136,7 @@ pub fn set_host_subnet_egress_in(
         affected,
         changes: vec![egress_change(m)],
         require_connected: None,
+        undo: None,
     })
 }
 

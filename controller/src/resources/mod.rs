@@ -16,3 +16,6 @@ pub mod egress_ip;
 pub mod multicast;
 pub mod network_policy;
 pub mod nodes;
+
+#[cfg(test)]
+mod attach_tests;

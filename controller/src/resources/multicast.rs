@@ -94,6 +94,7 @@ pub async fn annotate(
                         affected,
                         changes: vec![namespace_change(m, &name)],
                         require_connected: None,
+                        undo: None,
                         events: vec![ev],
                     },
                 ))

@@ -4,7 +4,7 @@
 
 use crate::core::{
     cursors_change, egress_change, namespace_change, node_change, pod_change, CoreHandle, Effects,
-    Event,
+    Event, Undo,
 };
 use crate::error::ApiError;
 use std::net::Ipv4Addr;
@@ -44,6 +44,7 @@ pub fn add_node_in(
         affected,
         changes: vec![node_change(m, name), cursors_change(m)],
         require_connected: None,
+        undo: None,
         events: vec![ev],
     };
     Ok((info, effects))
@@ -70,6 +71,7 @@ pub async fn delete_node(core: &CoreHandle, name: String) -> Result<(), ApiError
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -107,6 +109,7 @@ pub fn create_namespace_in(
             affected,
             changes,
             require_connected: None,
+            undo: None,
             events: vec![ev],
         },
     ))
@@ -151,6 +154,7 @@ pub async fn delete_namespace(core: &CoreHandle, name: String) -> Result<(), Api
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -288,15 +292,42 @@ pub fn attach_pod_in(
         ),
     );
     let changes = vec![pod_change(m, namespace, name), node_change(m, node)];
+    let undo = undo_attach(info.clone());
     Ok((
         info,
         Effects {
             affected,
             changes,
             require_connected: Some(node.clone()),
+            undo: Some(undo),
             events: vec![ev],
         },
     ))
+}
+
+/// Takes back the attach of `attached` when its switch cannot take the pod's flows, if the pod
+/// is still the one attached (same node, port and IP).
+fn undo_attach(attached: PodInfo) -> Undo {
+    Box::new(move |m| {
+        let PodInfo { key, node, .. } = &attached;
+        let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+        let same = m.pod(ns, name).is_some_and(|p| {
+            p.node == attached.node && p.ofport == attached.ofport && p.ip == attached.ip
+        });
+        if !same {
+            return Err(ApiError::FailedPrecondition(format!(
+                "pod {ns}/{name} was changed meanwhile"
+            )));
+        }
+        let affected = m.delete_pod(ns, name)?;
+        Ok(Effects {
+            affected,
+            changes: vec![pod_change(m, ns, name), node_change(m, node)],
+            require_connected: None,
+            undo: None,
+            events: Vec::new(),
+        })
+    })
 }
 
 /// Detach a pod and free its IP; Ok(false) when there was no such pod.
@@ -322,6 +353,7 @@ pub async fn detach_pod(
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -413,6 +445,7 @@ pub fn netid_op_in(
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events,
             },
         ))

@@ -44,6 +44,7 @@ pub fn apply_in(m: &mut ClusterModel, f: EgressFirewall) -> Result<(Applied, Eff
             affected,
             changes,
             require_connected: None,
+            undo: None,
             events: vec![ev],
         },
     ))
@@ -74,6 +75,7 @@ pub async fn delete(core: &CoreHandle, namespace: String, name: String) -> Resul
                 affected,
                 changes,
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -117,6 +119,7 @@ pub async fn set_addresses(
                     addresses: addrs.iter().copied().collect(),
                 }))],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))

@@ -69,6 +69,7 @@ pub fn apply_policy_in(
             affected,
             changes: vec![Change::Put(Record::NetworkPolicy(p))],
             require_connected: None,
+            undo: None,
             events: vec![ev],
         },
     ))
@@ -93,6 +94,7 @@ pub async fn delete_policy(
                 affected,
                 changes: vec![Change::Delete(RecordKey::NetworkPolicy(namespace, name))],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -171,6 +173,7 @@ pub async fn label_namespace(
                 affected,
                 changes: vec![namespace_change(m, &name)],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))
@@ -213,6 +216,7 @@ pub async fn label_pod(
                 affected,
                 changes: vec![pod_change(m, &namespace, &name)],
                 require_connected: None,
+                undo: None,
                 events: vec![ev],
             },
         ))

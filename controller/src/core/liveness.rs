@@ -1,0 +1,163 @@
+//! Egress liveness of nodes: a node is offline for egress IPs when its switch is disconnected
+//! or its shim stopped watching (after a grace); a new leader judges it from its own view.
+
+use super::*;
+
+impl Core {
+    /// A node's shim opened (`open`) or closed a `WatchEgress` stream. When its last stream
+    /// closes, returns the epoch to hand to [`Core::shim_grace_over`] after the shim grace.
+    pub fn shim_stream(&mut self, node: &str, open: bool) -> Option<(u64, Duration)> {
+        let w = self.shims.entry(node.to_owned()).or_default();
+        w.epoch += 1;
+        if open {
+            w.streams += 1;
+            if std::mem::take(&mut w.lost) {
+                let switch_up = self
+                    .model
+                    .node(node)
+                    .is_some_and(|n| self.connected.contains_key(&n.dpid));
+                self.publish(Event::now(
+                    "ShimWatching",
+                    format!("node/{node}"),
+                    format!("node {node}'s shim watches its egress IPs again"),
+                ));
+                if switch_up {
+                    self.node_liveness(node, true);
+                }
+            }
+            None
+        } else {
+            w.streams = w.streams.saturating_sub(1);
+            (w.streams == 0).then_some((w.epoch, self.cfg.shim_grace))
+        }
+    }
+
+    /// The shim grace after `node`'s last egress watch closed at `epoch` is over: unless a
+    /// stream came back meanwhile, the node is offline for egress IPs (its IPs move or drop
+    /// out as for a lost switch), until its shim watches again.
+    pub fn shim_grace_over(&mut self, node: &str, epoch: u64) {
+        let Some(w) = self.shims.get_mut(node) else {
+            return;
+        };
+        if w.epoch != epoch || w.streams > 0 || w.lost {
+            return;
+        }
+        w.lost = true;
+        tracing::warn!(%node, "the node's shim stopped watching its egress IPs");
+        self.publish(Event::now(
+            "ShimLost",
+            format!("node/{node}"),
+            format!("node {node}'s shim stopped watching its egress IPs: they move or drop out"),
+        ));
+        self.node_liveness(node, false);
+    }
+
+    /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its
+    /// automatic egress IPs move to other nodes, its manual ones drop out of the groups) and
+    /// online again once its switch is back. Affected switches are reprogrammed at once.
+    pub(super) fn node_liveness(&mut self, node: &str, online: bool) {
+        let node = node.to_string();
+        self.mutate_or_refuse(Box::new(move |m: &mut ClusterModel| {
+            let affected = m.set_node_online(&node, online);
+            if affected.is_empty() {
+                return None;
+            }
+            let ev = Event::now(
+                if online {
+                    "EgressNodeOnline"
+                } else {
+                    "EgressNodeOffline"
+                },
+                format!("node/{node}"),
+                if online {
+                    format!("node {node} is back: its egress IPs are usable again")
+                } else {
+                    format!("node {node}'s switch is gone: its egress IPs moved or dropped out")
+                },
+            );
+            tracing::info!(%node, online, "egress IPs follow node liveness");
+            let finish: Finish = Box::new(move |r: Result<(), ApiError>| {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "egress failover not acknowledged by every switch");
+                }
+            });
+            Some((
+                Effects {
+                    affected,
+                    changes: vec![egress_change(m)],
+                    require_connected: None,
+                    undo: None,
+                    events: vec![ev],
+                },
+                finish,
+            ))
+        }), None);
+    }
+
+    /// This replica became leader or standby. A new leader takes over the controller's own
+    /// decisions from its view: egress liveness follows the switches connected to it (and
+    /// the shims watching it).
+    pub(super) fn standing_changed(&mut self, s: crate::ha::Standing) {
+        let (kind, msg) = match &s {
+            crate::ha::Standing::Leader { generation } => (
+                "LeaderElected",
+                format!("this replica leads (generation {generation}): it is OpenFlow master on every switch"),
+            ),
+            crate::ha::Standing::Standby { generation, leader } => (
+                "Standby",
+                format!(
+                    "this replica is a standby (leader {}, generation {generation}): OpenFlow slave",
+                    leader.as_deref().unwrap_or("unknown")
+                ),
+            ),
+            crate::ha::Standing::Alone => return,
+        };
+        self.publish(Event::now(kind, "controller", msg));
+        if !matches!(s, crate::ha::Standing::Leader { .. })
+            || self.started.elapsed() < self.cfg.liveness_grace
+        {
+            // Within the start-up grace, switches are still connecting: the grace's own
+            // check runs when it ends.
+            return;
+        }
+        self.rejudge_liveness();
+    }
+
+    /// Every node's egress liveness from this replica's own view: online when its switch is
+    /// connected here and its shim has not stopped watching (a new leader's decisions).
+    pub(super) fn rejudge_liveness(&mut self) {
+        let nodes: Vec<(String, u64)> = self
+            .model
+            .nodes()
+            .map(|n| (n.name.clone(), n.dpid))
+            .collect();
+        for (name, dpid) in nodes {
+            let online = self.connected.contains_key(&dpid)
+                && !self.shims.get(&name).is_some_and(|w| w.lost);
+            self.node_liveness(&name, online);
+        }
+    }
+
+    /// At the end of the start-up grace: nodes whose switch never connected are offline. A
+    /// replica that became leader during the grace also brings back online the nodes its
+    /// predecessor marked offline that are connected here.
+    pub(super) fn mark_unconnected_offline(&mut self) {
+        if matches!(
+            self.cfg.leadership.standing(),
+            crate::ha::Standing::Leader { .. }
+        ) {
+            self.rejudge_liveness();
+            return;
+        }
+        let connected: std::collections::BTreeSet<u64> = self.connected.keys().copied().collect();
+        let down: Vec<String> = self
+            .model
+            .nodes()
+            .filter(|n| !connected.contains(&n.dpid))
+            .map(|n| n.name.clone())
+            .collect();
+        for n in down {
+            self.node_liveness(&n, false);
+        }
+    }
+}

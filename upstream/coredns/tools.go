@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools names the upstream packages scripts/upstream.sh builds, so that
+// `go mod tidy` keeps every module they need in go.mod and go.sum. Never compiled.
+package tools
+
+import (
+	_ "github.com/coredns/coredns"
+)
