@@ -79,8 +79,17 @@ export FLOWMESH_BIN_DIR="${FLOWMESH_BIN_DIR:-$target_dir/debug}"
 export FLOWMESH_SHIM_BIN_DIR="${FLOWMESH_SHIM_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 export FLOWMESH_CONTROLLER_BIN_DIR="${FLOWMESH_CONTROLLER_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 
+# The real-cluster tests (tests/tests/cluster_*.rs, docs/cluster.md) bring the cluster up with
+# scripts/kube-up.sh: upstream binaries (scripts/upstream.sh, cached), images built from
+# flowmesh's release binaries (scripts/images.sh, cached by content). It is stopped at the end,
+# whatever happened; its logs stay in ${FLOWMESH_CLUSTER_DIR:-/var/lib/flowmesh-kube}/logs.
+bash scripts/upstream.sh >/dev/null
+cargo build --release --locked -p controller -p flowmeshctl -p agent-shim \
+    --bin flowmesh-controller --bin flowmeshctl --bin flowmesh-shim --bin flowmesh-cni
+export FLOWMESH_RELEASE_BIN_DIR="${FLOWMESH_RELEASE_BIN_DIR:-$target_dir/release}"
+
 log=$(mktemp -t flowmesh-test.XXXXXX)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; bash scripts/kube-down.sh' EXIT
 # cargo's output shows as it runs and is kept for the summary; with pipefail the pipeline's
 # status is cargo's (tee does not hide it), and `|| cargo_status=$?` keeps set -e from
 # stopping before the summary.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the upstream components the real-cluster tests run, from source and unmodified:
 # Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-# kubectl, e2e.test, agnhost, pause), containerd + containerd-shim-runc-v2, runc and CoreDNS,
+# kubectl, e2e.test, agnhost, pause), containerd + containerd-shim-runc-v2 + ctr (imports the
+# locally built images, scripts/images.sh), runc and CoreDNS,
 # at the versions pinned by the Go modules under upstream/ (see docs/upstream.md).
 #
 # The binaries land in ${FLOWMESH_UPSTREAM_CACHE:-/var/cache/flowmesh-upstream}/<key>/bin,
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 # Bump when a build command below changes, so that the cache key changes with it.
-readonly RECIPE=1
+readonly RECIPE=2
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 modules=$root/upstream
@@ -129,6 +130,8 @@ ctr_version=$(cd "$modules/containerd" && go list -m -f '{{.Version}}' github.co
 ctr_ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$ctr_version"
 ctr_ld+=" -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
 CGO_ENABLED=1 build containerd containerd github.com/containerd/containerd/v2/cmd/containerd \
+  build -trimpath -tags urfave_cli_no_docs -ldflags "$ctr_ld"
+CGO_ENABLED=0 build ctr containerd github.com/containerd/containerd/v2/cmd/ctr \
   build -trimpath -tags urfave_cli_no_docs -ldflags "$ctr_ld"
 CGO_ENABLED=0 build containerd-shim-runc-v2 containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags "$ctr_ld -extldflags -static"

@@ -12,6 +12,7 @@
 pub mod cni;
 pub mod daemon;
 pub mod egress;
+pub mod ethtool;
 pub mod net;
 pub mod netlink;
 pub mod nft;

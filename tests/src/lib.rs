@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod cluster;
 pub mod cni;
 pub mod dns;
 pub mod e2e;
