@@ -114,7 +114,8 @@ sysctl -n vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes >"$dir/sysctl.before"
 
 # --- the processes: each one's PID in pids/NAME, its output in logs/NAME.log --------------------
-# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session.
+# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session, without the
+# lock's descriptor (a daemon holding it would block every later kube-up).
 spawn() {
   local name=$1 netns=$2 mnt=$3 cg=$4
   shift 4
@@ -127,7 +128,7 @@ spawn() {
           [[ -e $h$cg/cgroup.procs ]] && echo $$ >"$h$cg/cgroup.procs" 2>/dev/null || true
         done
       fi
-      exec "$@"' spawn "$cg" "$@" >>"$dir/logs/$name.log" 2>&1 </dev/null &
+      exec "$@"' spawn "$cg" "$@" >>"$dir/logs/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$dir/pids/$name"
 }
 
