@@ -63,9 +63,10 @@ flock 8
 
 # Reuse a healthy cluster of the same mode.
 if [[ -f $dir/env && -f $dir/up ]] && [[ $(cat "$dir/mode" 2>/dev/null) == "$mode" ]]; then
-  # shellcheck disable=SC1091
-  source "$dir/env"
-  if ip netns exec $CP "$UPSTREAM_BIN/kubectl" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1; then
+  # Only the two values needed here (sourcing the file would redefine this script's constants).
+  up_bin=$(sed -n 's/^UPSTREAM_BIN=//p' "$dir/env")
+  up_kc=$(sed -n 's/^KUBECONFIG=//p' "$dir/env")
+  if ip netns exec $CP "$up_bin/kubectl" --kubeconfig "$up_kc" get --raw /readyz >/dev/null 2>&1; then
     log "cluster in $dir is up (mode $mode)"
     echo "$dir"
     exit 0
