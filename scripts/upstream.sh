@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream components the real-cluster tests run, from source and unmodified:
 # Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-# kubectl, e2e.test, agnhost, pause), containerd + containerd-shim-runc-v2 + ctr (imports the
+# kubectl, e2e.test and the ginkgo CLI that runs it in parallel, agnhost, pause), containerd + containerd-shim-runc-v2 + ctr (imports the
 # locally built images, scripts/images.sh), runc and CoreDNS,
 # at the versions pinned by the Go modules under upstream/ (see docs/upstream.md).
 #
@@ -109,6 +109,9 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kube
 done
 CGO_ENABLED=1 build kubelet kubernetes k8s.io/kubernetes/cmd/kubelet build -trimpath -ldflags "-s -w$kv"
 CGO_ENABLED=1 build e2e.test kubernetes k8s.io/kubernetes/test/e2e test -c -trimpath -ldflags "-s -w$kv"
+# The ginkgo CLI at the version e2e.test links (hack/ginkgo-e2e.sh runs e2e.test through it for
+# parallel specs): built from the same module graph.
+CGO_ENABLED=0 build ginkgo kubernetes github.com/onsi/ginkgo/v2/ginkgo build -trimpath -ldflags "-s -w"
 # agnhost as test/images/image-util.sh builds it.
 agnhost_version=$(cat "$k8s_dir/test/images/agnhost/VERSION")
 CGO_ENABLED=0 build agnhost kubernetes k8s.io/kubernetes/test/images/agnhost \

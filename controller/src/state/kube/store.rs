@@ -640,6 +640,28 @@ impl KubeStore {
     }
 }
 
+/// The batch in the order its objects are written. The API server has no transactions: a batch
+/// is written object by object, each write guarded by its resourceVersion. The records that
+/// hold allocation state (a node's pod-IP cursor, the NETID and other cursors, the cluster
+/// network, the egress-IP state) go first, so that a replica whose view of them is stale (another
+/// replica allocated meanwhile) fails on its first write, before it wrote anything: the pods,
+/// namespaces and policies allocated from that stale view are never stored. Written the other
+/// way round, two replicas attaching pods on one node at once both stored a pod with the same
+/// IP, and the loser's pod record was left in the store ("pod IP ... is already allocated").
+pub(super) fn allocations_first(mut batch: Vec<(RecordKey, Guarded)>) -> Vec<(RecordKey, Guarded)> {
+    // A stable sort: the writer's order is kept within each group.
+    batch.sort_by_key(|(k, _)| {
+        !matches!(
+            k,
+            RecordKey::Cursors
+                | RecordKey::Node(_)
+                | RecordKey::ClusterNetwork
+                | RecordKey::EgressIps
+        )
+    });
+    batch
+}
+
 impl StateBackend for KubeStore {
     fn name(&self) -> &'static str {
         "kubernetes"
@@ -660,7 +682,7 @@ impl StateBackend for KubeStore {
 
     fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
         self.wait_synced()?;
-        let batch = coalesce(changes);
+        let batch = allocations_first(coalesce(changes));
         let mut written = BTreeSet::new();
         for (_, g) in &batch {
             self.write_change(g, &mut written)?;
