@@ -125,7 +125,7 @@ where
             Err(s) if never_sent(&s) && attempt < 8 * n as u64 => {
                 attempt += 1;
                 // A pause only after every replica was tried once more.
-                if attempt % n as u64 == 0 {
+                if attempt.is_multiple_of(n as u64) {
                     tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
                 }
             }
@@ -276,8 +276,10 @@ mod tests {
 
     /// Serves a replica on a loopback port until `stop` fires.
     async fn serve(r: Replica) -> (String, tokio::sync::oneshot::Sender<()>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
