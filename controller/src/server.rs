@@ -178,15 +178,26 @@ async fn bind(
 fn load_and_initialise(
     store: &dyn StateBackend,
     cluster: Option<&ClusterNetworkConfig>,
-) -> Result<(topology::ClusterModel, crate::state::Listing), StartError> {
+) -> Result<
+    (
+        topology::ClusterModel,
+        crate::state::Listing,
+        Vec<crate::core::load::Skipped>,
+    ),
+    StartError,
+> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let listing = store.list()?;
         let records = listing.records.iter().map(|(r, _)| r.clone()).collect();
-        let (model, changes) = crate::core::load_model_from(records, cluster)?;
+        let crate::core::load::Loaded {
+            model,
+            changes,
+            skipped,
+        } = crate::core::load_model_from(records, cluster)?;
         if changes.is_empty() {
-            return Ok((model, listing));
+            return Ok((model, listing, skipped));
         }
         let revs: std::collections::HashMap<_, _> = listing
             .records
@@ -245,7 +256,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         (None, None) => crate::ha::Leadership::alone(),
         _ => crate::ha::Leadership::standby(),
     };
-    let (model, listing) = {
+    let (model, listing, skipped) = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || load_and_initialise(store.as_ref(), cluster.as_ref()))
             .await
@@ -309,6 +320,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         },
         metrics.clone(),
     )?;
+    if !skipped.is_empty() {
+        tracing::error!(
+            records = skipped.len(),
+            "stored records that do not fit the model were left out (each is logged above; the metric flowmesh_stored_records_refused counts them)"
+        );
+    }
+    core.read(move |c| c.set_refused(skipped)).await?;
     let grpc_addr = grpc.local_addr().map_err(|source| StartError::Listen {
         what: "gRPC",
         addr: cfg.grpc_listen,
@@ -383,11 +401,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
                 leadership.clone(),
                 stop_rx.clone(),
             )),
-        ));
-        tokio::spawn(crate::api::kube_sync::forward_refusals(
-            core.clone(),
-            crate::api::kube_sync::Events::new(ks.client(), replica_id.clone()),
-            leadership.clone(),
         ));
     }
     if let Some(es) = &etcd_store {

@@ -65,6 +65,26 @@ fn checked_in_crds_equal_the_generated_ones() {
     assert_eq!(crds[0].spec.scope, "Cluster");
 }
 
+#[test]
+fn checked_in_flowmesh_crds_equal_the_generated_ones() {
+    let want = kinds::flowmesh::crds_yaml().expect("CRDs serialize");
+    let path = deploy_dir().join("kubernetes/05-crds.yaml");
+    if std::env::var_os("FLOWMESH_BLESS").is_some() {
+        std::fs::write(&path, &want).expect("write deploy/kubernetes/05-crds.yaml");
+    }
+    let have = std::fs::read_to_string(&path).expect("read deploy/kubernetes/05-crds.yaml");
+    assert!(
+        have == want,
+        "deploy/kubernetes/05-crds.yaml differs from what the types generate; regenerate it with \
+         FLOWMESH_BLESS=1 cargo test -p controller --test deploy"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+        .arg("--print-flowmesh-crds")
+        .output()
+        .expect("run flowmesh-controller --print-flowmesh-crds");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
 /// Deserializes `doc` as `T`, failing on any field `T` does not know.
 fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, String> {
     let mut unknown = Vec::new();
@@ -151,7 +171,8 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
     ] {
         assert!(kinds.contains_key(k), "deploy/ has no {k}: {kinds:?}");
     }
-    assert_eq!(kinds["CustomResourceDefinition"], 4, "{kinds:?}");
+    // network.openshift.io's four (deploy/crds.yaml) and flowmesh.io's PodAttachment.
+    assert_eq!(kinds["CustomResourceDefinition"], 5, "{kinds:?}");
 }
 
 /// The shipped workloads run the binaries with flags they accept, and mount what they name.

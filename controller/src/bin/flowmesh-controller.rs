@@ -16,6 +16,10 @@ struct Args {
     /// (what deploy/crds.yaml holds) and exit.
     #[arg(long)]
     print_crds: bool,
+    /// Print the CustomResourceDefinitions of flowmesh's own flowmesh.io/v1 kinds
+    /// (PodAttachment; what deploy/kubernetes/05-crds.yaml holds) and exit.
+    #[arg(long)]
+    print_flowmesh_crds: bool,
     /// YAML file with the cluster network config (clusterNetworks, serviceNetwork, mode,
     /// vxlanPort, mtu). Without it the stored config, or the embedded default, is used.
     #[arg(long, env = "FLOWMESH_CONFIG")]
@@ -117,6 +121,13 @@ struct Args {
     /// leader-election Lease `flowmesh-controller` (with --datastore kubernetes).
     #[arg(long, env = "FLOWMESH_KUBE_NAMESPACE", default_value = "flowmesh")]
     kube_namespace: String,
+    /// With --datastore kubernetes, for upgrading from a version that kept pod attachments in
+    /// the Pod annotation flowmesh.io/attachment: take a pod's attachment from it when the pod
+    /// has no PodAttachment, the annotation's node is the Pod's spec.nodeName and its IP the
+    /// Pod's status.podIP; the leader writes the PodAttachment and removes the annotation.
+    /// Without it the annotation is ignored and reported (docs/operations.md, "Upgrading").
+    #[arg(long)]
+    import_attachment_annotations: bool,
     /// This replica's id among several sharing one etcd or Kubernetes API (default:
     /// HOSTNAME:GRPC_PORT).
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
@@ -146,9 +157,13 @@ fn kube_config(args: &Args) -> Result<Option<controller::state::kube::KubeConfig
         Datastore::Kubernetes => Ok(Some(controller::state::kube::KubeConfig {
             kubeconfig: args.kubeconfig.clone(),
             namespace: args.kube_namespace.clone(),
+            import_attachment_annotations: args.import_attachment_annotations,
             ..Default::default()
         })),
         _ if args.kubeconfig.is_some() => Err("--kubeconfig needs --datastore kubernetes".into()),
+        _ if args.import_attachment_annotations => {
+            Err("--import-attachment-annotations needs --datastore kubernetes".into())
+        }
         _ => Ok(None),
     }
 }
@@ -287,8 +302,13 @@ fn flowmesh_controller_dns(
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.print_crds {
-        return match kinds::openshift::crds_yaml() {
+    if args.print_crds || args.print_flowmesh_crds {
+        let yaml = if args.print_crds {
+            kinds::openshift::crds_yaml()
+        } else {
+            kinds::flowmesh::crds_yaml()
+        };
+        return match yaml {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
