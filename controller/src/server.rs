@@ -1,8 +1,9 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
 //! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
 
-use crate::api::auth::{AuthzLayer, NodeGuard};
+use crate::api::auth::AuthzLayer;
 use crate::api::grpc::AdminService;
+use crate::api::node_guard::{NodeGuard, NodeTrust};
 use crate::core::{Core, CoreConfig, CoreHandle};
 use crate::observe::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
@@ -49,6 +50,9 @@ pub struct ServerConfig {
     /// TLS with client certificates for the gRPC APIs. None: plaintext, allowed only when
     /// `grpc_listen` is a loopback address.
     pub grpc_tls: Option<GrpcTls>,
+    /// Embedded and etcd datastores: node certificates register only nodes an admin added
+    /// (`--nodes-preregistered`).
+    pub nodes_preregistered: bool,
 }
 
 /// PEM files of the gRPC listener's TLS (docs/security.md).
@@ -344,6 +348,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             core.clone(),
             grpc,
             (grpc_server, grpc_enforce),
+            NodeTrust {
+                kube: kube_store.clone(),
+                preregistered_only: cfg.nodes_preregistered,
+            },
             stopped(stop_rx.clone()),
         )),
     )];
@@ -506,6 +514,7 @@ async fn serve_grpc(
     core: CoreHandle,
     listener: tokio::net::TcpListener,
     (builder, enforce): (tonic::transport::Server, bool),
+    trust: NodeTrust,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -545,7 +554,7 @@ async fn serve_grpc(
             AdminService::new(core.clone()),
         ))
         .add_service(proto::node::node_api_server::NodeApiServer::new(
-            NodeGuard::new(core),
+            NodeGuard::new(core, trust),
         ));
     let router = match (reflection_v1, reflection_v1alpha) {
         (Ok(v1), Ok(v1alpha)) => router.add_service(v1).add_service(v1alpha),

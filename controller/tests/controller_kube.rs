@@ -1297,3 +1297,181 @@ async fn legacy_annotations_are_imported_only_when_asked_and_confirmed() {
     assert!(pod_names(&mut admin).await.is_empty());
     assert!(api.list("podattachments", None).is_empty());
 }
+
+fn register(name: &str, ip: &str, dpid: u64) -> proto::node::RegisterNodeRequest {
+    proto::node::RegisterNodeRequest {
+        name: name.into(),
+        node_ip: ip.into(),
+        dpid,
+    }
+}
+
+fn attach(
+    node: &str,
+    ns: &str,
+    pod: &str,
+    port: &str,
+    ofport: u32,
+) -> proto::node::AttachPodRequest {
+    proto::node::AttachPodRequest {
+        node: node.into(),
+        namespace: ns.into(),
+        name: pod.into(),
+        port_name: flowmesh_tests::OvsSandbox::port_name(node, port),
+        ofport,
+        ..Default::default()
+    }
+}
+
+/// Asserts that `r` was refused for permission, with `why` in its message.
+fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, why: &str) {
+    let e = r.expect_err(&format!("expected a refusal ({why})"));
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().contains(why),
+        "{why:?} not in {:?}",
+        e.message()
+    );
+}
+
+/// NodeRestriction with the Kubernetes datastore, through real mTLS node certificates
+/// (`flowmeshctl certs lab`): a node registers only with its Node's InternalIP and its
+/// pinned datapath id (its address as a number, or what an admin set), attaches only Pods
+/// bound to it (`spec.nodeName`), asserts no labels, and detaches no other node's pod; a Pod
+/// the watch has not brought yet is looked up on the API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_certificates_act_only_as_their_node_and_for_pods_bound_to_it() {
+    use proto::node::node_api_client::NodeApiClient;
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let pki = support::lab_pki(&dir.path().join("pki"), &NODE_NAMES);
+    let tls = support::grpc_tls_args(&pki);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let c = kube_controller(dir.path(), &api, "c", &tls);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = AdminClient::new(support::tls_channel(c.grpc, &pki, "admin-admin").await);
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    let node = async |n: &str| {
+        NodeApiClient::new(support::tls_channel(c.grpc, &pki, &format!("node-{n}")).await)
+    };
+    let (mut a, mut b, mut cc) = (
+        node("node-a").await,
+        node("node-b").await,
+        node("node-c").await,
+    );
+
+    // Registration: its own Node's InternalIP and the pinned datapath id only.
+    a.register_node(register("node-a", "172.31.0.1", 0xac1f_0001))
+        .await
+        .expect("node-a registers as its Node says");
+    denied(
+        a.register_node(register("node-a", "172.31.0.2", 0xac1f_0002))
+            .await,
+        "InternalIP is 172.31.0.1",
+    );
+    denied(
+        a.register_node(register("node-a", "172.31.0.9", 0xac1f_0001))
+            .await,
+        "InternalIP is 172.31.0.1",
+    );
+    denied(
+        a.register_node(register("node-a", "172.31.0.1", 0xac1f_0002))
+            .await,
+        "pinned to 0x00000000ac1f0001",
+    );
+    denied(
+        a.register_node(register("node-b", "172.31.0.2", 0xac1f_0002))
+            .await,
+        "register node \"node-b\"",
+    );
+    // An admin sets node-c's datapath id: that is the pinned one from then on.
+    admin
+        .add_node(pa::AddNodeRequest {
+            name: "node-c".into(),
+            node_ip: "172.31.0.3".into(),
+            dpid: 0xc0ffee,
+        })
+        .await
+        .expect("admin sets node-c's datapath id");
+    denied(
+        cc.register_node(register("node-c", "172.31.0.3", 0xac1f_0003))
+            .await,
+        "pinned to 0x0000000000c0ffee",
+    );
+    cc.register_node(register("node-c", "172.31.0.3", 0xc0ffee))
+        .await
+        .expect("node-c registers with the admin's datapath id");
+    let hosts = admin
+        .list_host_subnets(pa::Empty {})
+        .await
+        .expect("hostsubnets")
+        .into_inner()
+        .items;
+    let of = |n: &str| {
+        hosts
+            .iter()
+            .find(|h| h.node == n)
+            .map(|h| (h.node_ip.clone(), h.dpid))
+    };
+    assert_eq!(of("node-a"), Some(("172.31.0.1".into(), 0xac1f_0001)));
+    assert_eq!(of("node-b"), Some(("172.31.0.2".into(), 0xac1f_0002)));
+
+    // Pods: only those bound to the caller, without asserted labels.
+    a.attach_pod(attach("node-a", "ns1", "node-a-p1", "p1", 3))
+        .await
+        .expect("node-a attaches its own pod");
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "node-b-p1", "p2", 4))
+            .await,
+        "bound to node node-b",
+    );
+    api.put(json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "pending", "namespace": "ns1"}, "spec": {}}));
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "pending", "p2", 4))
+            .await,
+        "bound to no node",
+    );
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "nowhere", "p2", 4))
+            .await,
+        "no such Pod",
+    );
+    let mut labelled = attach("node-a", "ns2", "node-a-p2", "p2", 4);
+    labelled.labels = [("role".to_string(), "db".to_string())].into();
+    denied(a.attach_pod(labelled).await, "labels");
+    // node-b's pod, attached by node-b, cannot be detached by node-a.
+    b.attach_pod(attach("node-b", "ns1", "node-b-p1", "p1", 3))
+        .await
+        .expect("node-b attaches its own pod");
+    denied(
+        a.detach_pod(proto::node::DetachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "node-b-p1".into(),
+        })
+        .await,
+        "it runs on node node-b",
+    );
+    // A Pod bound to node-a that the watch may not have brought yet: attached all the same.
+    api.put(pod_obj("ns2", "fresh", "node-a", json!({"app": "ns2"})));
+    a.attach_pod(attach("node-a", "ns2", "fresh", "p2", 4))
+        .await
+        .expect("node-a attaches a Pod just bound to it");
+
+    let names = pod_names(&mut admin).await;
+    let want: BTreeSet<String> = ["ns1/node-a-p1", "ns1/node-b-p1", "ns2/fresh"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(names, want);
+    let mut attachments: Vec<String> = api
+        .list("podattachments", None)
+        .iter()
+        .filter_map(|a| a["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    attachments.sort();
+    assert_eq!(attachments, ["ns1.node-a-p1", "ns1.node-b-p1", "ns2.fresh"]);
+    bridges_match(&sbx, &mut admin, &["node-a", "node-b"]).await;
+}

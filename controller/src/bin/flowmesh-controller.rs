@@ -128,6 +128,11 @@ struct Args {
     /// Without it the annotation is ignored and reported (docs/operations.md, "Upgrading").
     #[arg(long)]
     import_attachment_annotations: bool,
+    /// With the embedded or etcd datastore: a node certificate registers only a node an admin
+    /// added first (`flowmeshctl node add NAME --ip IP --dpid DPID`). Without it a node's first
+    /// registration pins its IP and datapath id (docs/security.md).
+    #[arg(long)]
+    nodes_preregistered: bool,
     /// This replica's id among several sharing one etcd or Kubernetes API (default:
     /// HOSTNAME:GRPC_PORT).
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
@@ -370,6 +375,12 @@ async fn run(args: Args) -> ExitCode {
                     client_ca: a.clone(),
                 }),
                 _ => None,
+            },
+            nodes_preregistered: match args.datastore {
+                Datastore::Kubernetes if args.nodes_preregistered => {
+                    return Err("--nodes-preregistered is for the embedded and etcd datastores: with --datastore kubernetes a node registers only as the Node the API server has".into())
+                }
+                _ => args.nodes_preregistered,
             },
         })
     })();

@@ -255,6 +255,64 @@ impl KubeStore {
     }
 }
 
+/// Where the cluster says a Pod runs (for the node API's NodeRestriction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodBinding {
+    /// No such Pod in the API.
+    NoPod,
+    /// The Pod exists and is bound to no node yet.
+    Unbound,
+    /// The Pod's `spec.nodeName`.
+    Node(String),
+}
+
+impl KubeStore {
+    /// The first IPv4 `InternalIP` of Node `name` (None: no such Node; Some(None): it has
+    /// none), as the cache holds it.
+    pub fn node_internal_ip(&self, name: &str) -> Option<Option<Ipv4Addr>> {
+        match lock(&self.cache).get(Kind::Node, "", name) {
+            Some(Obj::Node(v)) => Some(v.ip),
+            _ => None,
+        }
+    }
+
+    /// Where Pod `ns/name` is bound. The cache answers when it says the Pod is bound to
+    /// `expected`; otherwise (absent, unbound, elsewhere: the watch may lag behind a Pod the
+    /// kubelet already runs) the API server is asked, and its answer goes into the cache.
+    /// Blocks on the API server: call from a blocking context.
+    pub fn pod_binding(
+        &self,
+        ns: &str,
+        name: &str,
+        expected: &str,
+    ) -> Result<PodBinding, StoreError> {
+        let of = |o: Option<&Obj>| match o {
+            Some(Obj::Pod(v)) => match &v.node_name {
+                Some(n) => PodBinding::Node(n.clone()),
+                None => PodBinding::Unbound,
+            },
+            _ => PodBinding::NoPod,
+        };
+        let cached = of(lock(&self.cache).get(Kind::Pod, ns, name));
+        if cached == PodBinding::Node(expected.to_string()) {
+            return Ok(cached);
+        }
+        let key = (Kind::Pod, ns.to_string(), name.to_string());
+        let fresh = self
+            .block(reread(
+                self.client.clone(),
+                self.cfg.namespace.clone(),
+                key.clone(),
+            ))?
+            .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))?;
+        let binding = of(fresh.as_ref());
+        if fresh.is_some() {
+            lock(&self.cache).set(key, fresh, true);
+        }
+        Ok(binding)
+    }
+}
+
 /// The legacy annotations to carry over: per pod, the PodAttachment to write (None: it has
 /// one already) before its annotation is removed.
 fn legacy_imports(c: &mut Cache) -> Vec<(String, String, Option<Write>)> {

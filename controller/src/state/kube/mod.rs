@@ -61,7 +61,7 @@ mod attachments;
 mod store;
 mod writes;
 
-pub use attachments::AttachmentTidy;
+pub use attachments::{AttachmentTidy, PodBinding};
 pub use store::KubeStore;
 pub use writes::client_for;
 
