@@ -1,5 +1,10 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
-//! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
+//! reflection, health), the metrics and health HTTP endpoints ([`http`]) and the OpenFlow
+//! listener.
+
+mod http;
+
+pub use http::MetricsTls;
 
 use crate::api::auth::AuthzLayer;
 use crate::api::grpc::AdminService;
@@ -9,7 +14,6 @@ use crate::observe::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use topology::ClusterNetworkConfig;
@@ -25,8 +29,13 @@ pub struct ServerConfig {
     pub openflow_listen: SocketAddr,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
-    /// Metrics/health listen address (None: off).
+    /// Metrics/health listen address (None: off). Plaintext only on loopback: elsewhere it
+    /// needs `metrics_tls`.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS with client certificates for the metrics listener.
+    pub metrics_tls: Option<MetricsTls>,
+    /// A plaintext listener of `/healthz` and `/readyz` only, for the kubelet (None: off).
+    pub health_listen: Option<SocketAddr>,
     /// Audit interval.
     pub audit_interval: Duration,
     /// Echo interval for switch liveness (the timeout is the same again).
@@ -81,6 +90,12 @@ pub enum StartError {
     /// The gRPC TLS files are unusable.
     #[error("gRPC TLS: {0}")]
     GrpcTls(String),
+    /// The metrics TLS files are unusable.
+    #[error("metrics TLS: {0}")]
+    MetricsTls(String),
+    /// Plaintext metrics on an address other hosts can reach.
+    #[error("refusing to serve the metrics in plaintext on {0}, which is not a loopback address: anyone who reaches it could read node names, datapath ids and error counts. Give --metrics-tls-cert, --metrics-tls-key and --metrics-client-ca (TLS with client certificates; see docs/operations.md, \"Health and metrics\"), or listen on 127.0.0.1; the kubelet's probes use --health-listen")]
+    MetricsPlaintextNotLoopback(SocketAddr),
     /// Plaintext gRPC on an address other hosts can reach.
     #[error("refusing to serve the admin and node APIs in plaintext on {0}, which is not a loopback address: anyone who reaches it could change the cluster network. Give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (see docs/security.md; `flowmeshctl certs` makes a lab CA), or listen on 127.0.0.1")]
     PlaintextNotLoopback(SocketAddr),
@@ -104,6 +119,10 @@ pub struct Running {
     pub openflow_addr: SocketAddr,
     /// The bound metrics address.
     pub metrics_addr: Option<SocketAddr>,
+    /// Whether the metrics are served over TLS.
+    pub metrics_tls: bool,
+    /// The bound health address.
+    pub health_addr: Option<SocketAddr>,
     /// Tells the servers to stop accepting and finish what they are doing.
     stop: tokio::sync::watch::Sender<bool>,
     /// The servers a graceful shutdown waits for, by name.
@@ -307,8 +326,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             flag: "--openflow-listen",
             source,
         })?;
+    let metrics_tls = match (&cfg.metrics_tls, cfg.metrics_listen) {
+        (Some(t), Some(_)) => Some(http::tls_config(t)?),
+        (None, Some(a)) if !a.ip().is_loopback() => {
+            return Err(StartError::MetricsPlaintextNotLoopback(a))
+        }
+        _ => None,
+    };
     let metrics_l = match cfg.metrics_listen {
         Some(a) => Some(bind("metrics", "--metrics-listen", a).await?),
+        None => None,
+    };
+    let health_l = match cfg.health_listen {
+        Some(a) => Some(bind("health", "--health-listen", a).await?),
         None => None,
     };
     let metrics = Arc::new(Metrics::default());
@@ -339,6 +369,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     })?;
     let openflow_addr = of.local_addr();
     let metrics_addr = metrics_l.as_ref().and_then(|l| l.local_addr().ok());
+    let health_addr = health_l.as_ref().and_then(|l| l.local_addr().ok());
+    let metrics_over_tls = metrics_tls.is_some();
     let core_for_of = core.clone();
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -358,7 +390,22 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     if let Some(l) = metrics_l {
         servers.push((
             "metrics",
-            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx.clone()))),
+            tokio::spawn(http::serve_metrics(
+                core.clone(),
+                l,
+                metrics_tls,
+                stopped(stop_rx.clone()),
+            )),
+        ));
+    }
+    if let Some(l) = health_l {
+        servers.push((
+            "health",
+            tokio::spawn(http::serve_health(
+                core.clone(),
+                l,
+                stopped(stop_rx.clone()),
+            )),
         ));
     }
     let replica_id = cfg.replica_id.clone().unwrap_or_else(|| {
@@ -443,12 +490,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         let _listener = of;
         crate::switches::forward_events(core_for_of, of_events).await;
     });
-    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, "flowmesh-controller running");
+    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, metrics_tls = metrics_over_tls, ?health_addr, "flowmesh-controller running");
     Ok(Running {
         core,
         grpc_addr,
         openflow_addr,
         metrics_addr,
+        metrics_tls: metrics_over_tls,
+        health_addr,
         stop,
         servers,
     })
@@ -565,65 +614,5 @@ async fn serve_grpc(
     };
     if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server stopped");
-    }
-}
-
-async fn serve_metrics(
-    core: CoreHandle,
-    listener: tokio::net::TcpListener,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    use axum::routing::get;
-    let c1 = core.clone();
-    let c2 = core.clone();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let core = c1.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        core.metrics.render(&statuses),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let core = c2.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    let waiting: Vec<String> = statuses
-                        .iter()
-                        .filter(|s| !s.unknown)
-                        .filter(|s| {
-                            !(s.connected.load(Ordering::Relaxed)
-                                && s.synced.load(Ordering::Relaxed))
-                        })
-                        .map(|s| s.node.clone())
-                        .collect();
-                    if waiting.is_empty() {
-                        (axum::http::StatusCode::OK, "ready\n".to_string())
-                    } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: switches not in sync: {}\n", waiting.join(", ")),
-                        )
-                    }
-                }
-            }),
-        );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "metrics server stopped");
     }
 }

@@ -210,6 +210,71 @@ fn deploy_workloads_run_real_flags() {
     }
 }
 
+/// The controller's probes reach its loopback health listener (host network: the kubelet
+/// probes from the host), and its metrics, on a non-loopback address, need client
+/// certificates from the mounted TLS Secret.
+#[test]
+fn probes_use_the_health_listener_and_metrics_need_client_certificates() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use std::net::SocketAddr;
+    let text = std::fs::read_to_string(deploy_dir().join("kubernetes/30-controller.yaml"))
+        .expect("read 30-controller.yaml");
+    let d: Deployment = serde_yaml::from_str(&text).expect("Deployment");
+    let spec = d.spec.template.spec.expect("pod spec");
+    assert_eq!(spec.host_network, Some(true));
+    let c = &spec.containers[0];
+    let args = c.args.clone().unwrap_or_default();
+    let flag = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("{name}=")).map(str::to_string))
+    };
+    let health: SocketAddr = flag("--health-listen")
+        .expect("--health-listen")
+        .parse()
+        .expect("health address");
+    assert!(health.ip().is_loopback(), "{health}");
+    for (probe, path) in [
+        (c.liveness_probe.as_ref(), "/healthz"),
+        (c.readiness_probe.as_ref(), "/readyz"),
+    ] {
+        let get = probe
+            .and_then(|p| p.http_get.as_ref())
+            .unwrap_or_else(|| panic!("no httpGet probe for {path}"));
+        assert_eq!(get.host.as_deref(), Some("127.0.0.1"), "{path}");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.port,
+            IntOrString::Int(i32::from(health.port())),
+            "{path}"
+        );
+    }
+    let metrics: SocketAddr = flag("--metrics-listen")
+        .expect("--metrics-listen")
+        .parse()
+        .expect("metrics address");
+    assert_ne!(metrics.port(), health.port());
+    if !metrics.ip().is_loopback() {
+        let mounts: Vec<String> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.clone())
+            .collect();
+        for f in [
+            "--metrics-tls-cert",
+            "--metrics-tls-key",
+            "--metrics-client-ca",
+        ] {
+            let path = flag(f).unwrap_or_else(|| panic!("metrics off loopback without {f}"));
+            assert!(
+                mounts.iter().any(|m| path.starts_with(&format!("{m}/"))),
+                "{f}={path} is in no mounted volume ({mounts:?})"
+            );
+        }
+    }
+}
+
 #[test]
 fn openshift_objects_read_and_write_their_api_shape() {
     // What `oc get hostsubnet node1 -o yaml` prints (trimmed).

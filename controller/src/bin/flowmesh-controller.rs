@@ -33,9 +33,26 @@ struct Args {
     /// gRPC listen address (admin and node APIs).
     #[arg(long, default_value = "127.0.0.1:9650")]
     grpc_listen: SocketAddr,
-    /// Prometheus /metrics, /healthz and /readyz listen address.
+    /// Prometheus /metrics, /healthz and /readyz listen address. Plaintext only on a loopback
+    /// address; anywhere else it needs --metrics-tls-cert, --metrics-tls-key and
+    /// --metrics-client-ca.
     #[arg(long, default_value = "127.0.0.1:9651")]
     metrics_listen: Option<SocketAddr>,
+    /// PEM certificate of the controller for the metrics listener (with --metrics-tls-key and
+    /// --metrics-client-ca): HTTPS with client certificates; only admin and read-only
+    /// certificates read the metrics.
+    #[arg(long, requires_all = ["metrics_tls_key", "metrics_client_ca"])]
+    metrics_tls_cert: Option<PathBuf>,
+    /// PEM private key of --metrics-tls-cert.
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_client_ca"])]
+    metrics_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) that sign the metrics clients' certificates (e.g. Prometheus').
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_tls_key"])]
+    metrics_client_ca: Option<PathBuf>,
+    /// Plaintext listener of /healthz and /readyz only, for the kubelet's probes (e.g.
+    /// 127.0.0.1:9652 with the probes' host: 127.0.0.1). Off unless given.
+    #[arg(long)]
+    health_listen: Option<SocketAddr>,
     /// Seconds between audits that re-read every switch and repair drift.
     #[arg(long, default_value_t = 30.0)]
     audit_interval: f64,
@@ -348,6 +365,19 @@ async fn run(args: Args) -> ExitCode {
             openflow_listen: args.openflow_listen,
             grpc_listen: args.grpc_listen,
             metrics_listen: args.metrics_listen,
+            metrics_tls: match (
+                &args.metrics_tls_cert,
+                &args.metrics_tls_key,
+                &args.metrics_client_ca,
+            ) {
+                (Some(c), Some(k), Some(a)) => Some(controller::server::MetricsTls {
+                    cert: c.clone(),
+                    key: k.clone(),
+                    client_ca: a.clone(),
+                }),
+                _ => None,
+            },
+            health_listen: args.health_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
             shim_grace: seconds("--shim-grace", args.shim_grace)?,
@@ -402,12 +432,16 @@ async fn run(args: Args) -> ExitCode {
         Ok(r) => {
             // In JSON mode every line is JSON: the log's "running" line carries the addresses.
             if !json_logs {
+                let scheme = if r.metrics_tls { "https" } else { "http" };
                 eprintln!(
-                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}",
+                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}{}",
                     r.grpc_addr,
                     r.openflow_addr,
                     r.metrics_addr
-                        .map(|a| format!(", metrics on http://{a}/metrics"))
+                        .map(|a| format!(", metrics on {scheme}://{a}/metrics"))
+                        .unwrap_or_default(),
+                    r.health_addr
+                        .map(|a| format!(", health on http://{a}/healthz"))
                         .unwrap_or_default()
                 );
             }

@@ -18,6 +18,8 @@ pub struct Controller {
     pub grpc: SocketAddr,
     pub openflow: SocketAddr,
     pub metrics: SocketAddr,
+    /// The health listener (with `--health-listen`).
+    pub health: Option<SocketAddr>,
     pub log: PathBuf,
     pub extra: Vec<String>,
 }
@@ -56,6 +58,7 @@ impl Controller {
             grpc: any,
             openflow: any,
             metrics: any,
+            health: None,
             log: data_dir.with_extension("log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -110,7 +113,9 @@ impl Controller {
         };
         self.grpc = addr("gRPC on ");
         self.openflow = addr("OpenFlow on ");
-        self.metrics = addr("metrics on http://");
+        self.metrics =
+            announced(&line, "metrics on http://").unwrap_or_else(|| addr("metrics on https://"));
+        self.health = announced(&line, "health on http://");
     }
 
     /// SIGKILL the process (no clean shutdown) and reap it.
