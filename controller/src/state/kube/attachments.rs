@@ -184,32 +184,104 @@ pub struct AttachmentTidy {
     pub removed: usize,
 }
 
+/// The Pods and PodAttachments the leader's tidying has not looked at since they changed.
+#[derive(Debug)]
+pub(super) struct TidyQueue {
+    pods: BTreeSet<(String, String)>,
+    attachments: BTreeSet<String>,
+    all: bool,
+}
+
+impl Default for TidyQueue {
+    fn default() -> Self {
+        TidyQueue {
+            pods: BTreeSet::new(),
+            attachments: BTreeSet::new(),
+            all: true,
+        }
+    }
+}
+
+impl TidyQueue {
+    /// Object `k` changed.
+    pub(super) fn changed(&mut self, k: &ObjKey) {
+        match k.0 {
+            Kind::Pod => {
+                self.pods.insert((k.1.clone(), k.2.clone()));
+            }
+            Kind::PodAttachment => {
+                self.attachments.insert(k.2.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// Every object of `kind` was listed afresh.
+    pub(super) fn relisted(&mut self, kind: Kind) {
+        if matches!(kind, Kind::Pod | Kind::PodAttachment) {
+            self.all = true;
+        }
+    }
+}
+
 impl KubeStore {
     /// On the leader: remove the PodAttachments whose Pod is gone (or is another Pod of the
     /// same name, as the API server confirms), and with
     /// [`KubeConfig::import_attachment_annotations`] write a PodAttachment for every pod
     /// whose record comes from its legacy annotation and remove the annotations that are
-    /// carried over. The records do not change.
+    /// carried over. The records do not change. Looks only at what changed since its last
+    /// pass (everything after a relist, or after a pass that failed).
     pub fn tidy_attachments(&self) -> Result<AttachmentTidy, StoreError> {
+        let r = self.tidy_pass();
+        if r.is_err() {
+            lock(&self.cache).tidy.all = true;
+        }
+        r
+    }
+
+    fn tidy_pass(&self) -> Result<AttachmentTidy, StoreError> {
         let mut done = AttachmentTidy::default();
         let (imports, candidates) = {
             let mut c = lock(&self.cache);
             if !c.all_synced() {
                 return Ok(done);
             }
+            let queue = std::mem::replace(
+                &mut c.tidy,
+                TidyQueue {
+                    all: false,
+                    ..Default::default()
+                },
+            );
+            let (pods, names): (Vec<(String, String)>, BTreeSet<String>) = if queue.all {
+                (
+                    c.of_kind(Kind::Pod)
+                        .map(|(k, _)| (k.1.clone(), k.2.clone()))
+                        .collect(),
+                    c.of_kind(Kind::PodAttachment)
+                        .map(|(k, _)| k.2.clone())
+                        .collect(),
+                )
+            } else {
+                let mut names = queue.attachments;
+                names.extend(queue.pods.iter().map(|(ns, n)| attachment_name(ns, n)));
+                (queue.pods.into_iter().collect(), names)
+            };
             let imports = if self.cfg.import_attachment_annotations {
-                legacy_imports(&mut c)
+                legacy_imports(&mut c, pods)
             } else {
                 Vec::new()
             };
             let mut candidates = Vec::new();
-            for (k, o) in c.of_kind(Kind::PodAttachment) {
-                let Obj::PodAttachment(a) = o else { continue };
-                let owned = k.2 == attachment_name(&a.spec.namespace, &a.spec.pod)
+            for name in names {
+                let Some(Obj::PodAttachment(a)) = c.get(Kind::PodAttachment, "", &name) else {
+                    continue;
+                };
+                let owned = name == attachment_name(&a.spec.namespace, &a.spec.pod)
                     && matches!(c.get(Kind::Pod, &a.spec.namespace, &a.spec.pod),
                         Some(Obj::Pod(v)) if !stale(&a.spec, v));
                 if !owned {
-                    candidates.push((k.2.clone(), meta_rv(&a.metadata), a.spec.clone()));
+                    candidates.push((name, meta_rv(&a.metadata), a.spec.clone()));
                 }
             }
             (imports, candidates)
@@ -315,14 +387,15 @@ impl KubeStore {
 
 /// The legacy annotations to carry over: per pod, the PodAttachment to write (None: it has
 /// one already) before its annotation is removed.
-fn legacy_imports(c: &mut Cache) -> Vec<(String, String, Option<Write>)> {
-    let pods: Vec<(String, String)> = c
-        .of_kind(Kind::Pod)
-        .filter(|(_, o)| matches!(o, Obj::Pod(v) if v.attachment.is_some()))
-        .map(|(k, _)| (k.1.clone(), k.2.clone()))
-        .collect();
+fn legacy_imports(
+    c: &mut Cache,
+    pods: Vec<(String, String)>,
+) -> Vec<(String, String, Option<Write>)> {
     let mut out = Vec::new();
     for (ns, name) in pods {
+        if !matches!(c.get(Kind::Pod, &ns, &name), Some(Obj::Pod(v)) if v.attachment.is_some()) {
+            continue;
+        }
         let Some((obj, Ok(rec))) = c.derive_pod(&ns, &name) else {
             continue;
         };
@@ -522,7 +595,8 @@ mod tests {
         );
         let r = record(&c).expect("imported");
         assert_eq!(r.info.ofport, 9);
-        let plans = legacy_imports(&mut c);
+        let all = || vec![("ns1".to_string(), "web".to_string())];
+        let plans = legacy_imports(&mut c, all());
         assert_eq!(plans.len(), 1);
         let Some(Write::PodAttachment(Op::Create(a))) = &plans[0].2 else {
             panic!("expected a PodAttachment create");
@@ -536,7 +610,7 @@ mod tests {
             false,
         );
         assert_eq!(record(&c), Some(r));
-        let plans = legacy_imports(&mut c);
+        let plans = legacy_imports(&mut c, all());
         assert!(matches!(plans.as_slice(), [(_, _, None)]));
     }
 }

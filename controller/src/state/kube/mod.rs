@@ -330,6 +330,9 @@ struct Cache {
     refused: HashMap<ObjKey, String>,
     /// [`KubeConfig::import_attachment_annotations`].
     import_annotations: bool,
+    /// What the leader's attachment tidying looks at next: Pods and PodAttachments changed
+    /// since its last pass, or everything after a fresh listing of either.
+    tidy: attachments::TidyQueue,
 }
 
 fn lock(m: &Mutex<Cache>) -> std::sync::MutexGuard<'_, Cache> {
@@ -577,6 +580,7 @@ impl Cache {
                 return Vec::new();
             }
         }
+        self.tidy.changed(&k);
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
         let old = self.objs.get(&k);
         if let Some(old) = old {
@@ -603,6 +607,7 @@ impl Cache {
 
     /// Replace every object of a kind (a fresh listing).
     fn reset(&mut self, kind: Kind, objs: Vec<(ObjKey, Obj)>, emit: bool) {
+        self.tidy.relisted(kind);
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
         let old: BTreeSet<ObjKey> = self.of_kind(kind).map(|(k, _)| k.clone()).collect();
         for k in &old {
