@@ -1,14 +1,19 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
-//! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
+//! reflection, health), the metrics and health HTTP endpoints ([`http`]) and the OpenFlow
+//! listener.
 
-use crate::api::auth::{AuthzLayer, NodeGuard};
+mod http;
+
+pub use http::MetricsTls;
+
+use crate::api::auth::AuthzLayer;
 use crate::api::grpc::AdminService;
+use crate::api::node_guard::{NodeGuard, NodeTrust};
 use crate::core::{Core, CoreConfig, CoreHandle};
 use crate::observe::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use topology::ClusterNetworkConfig;
@@ -24,8 +29,13 @@ pub struct ServerConfig {
     pub openflow_listen: SocketAddr,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
-    /// Metrics/health listen address (None: off).
+    /// Metrics/health listen address (None: off). Plaintext only on loopback: elsewhere it
+    /// needs `metrics_tls`.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS with client certificates for the metrics listener.
+    pub metrics_tls: Option<MetricsTls>,
+    /// A plaintext listener of `/healthz` and `/readyz` only, for the kubelet (None: off).
+    pub health_listen: Option<SocketAddr>,
     /// Audit interval.
     pub audit_interval: Duration,
     /// Echo interval for switch liveness (the timeout is the same again).
@@ -49,6 +59,9 @@ pub struct ServerConfig {
     /// TLS with client certificates for the gRPC APIs. None: plaintext, allowed only when
     /// `grpc_listen` is a loopback address.
     pub grpc_tls: Option<GrpcTls>,
+    /// Embedded and etcd datastores: node certificates register only nodes an admin added
+    /// (`--nodes-preregistered`).
+    pub nodes_preregistered: bool,
 }
 
 /// PEM files of the gRPC listener's TLS (docs/security.md).
@@ -77,6 +90,12 @@ pub enum StartError {
     /// The gRPC TLS files are unusable.
     #[error("gRPC TLS: {0}")]
     GrpcTls(String),
+    /// The metrics TLS files are unusable.
+    #[error("metrics TLS: {0}")]
+    MetricsTls(String),
+    /// Plaintext metrics on an address other hosts can reach.
+    #[error("refusing to serve the metrics in plaintext on {0}, which is not a loopback address: anyone who reaches it could read node names, datapath ids and error counts. Give --metrics-tls-cert, --metrics-tls-key and --metrics-client-ca (TLS with client certificates; see docs/operations.md, \"Health and metrics\"), or listen on 127.0.0.1; the kubelet's probes use --health-listen")]
+    MetricsPlaintextNotLoopback(SocketAddr),
     /// Plaintext gRPC on an address other hosts can reach.
     #[error("refusing to serve the admin and node APIs in plaintext on {0}, which is not a loopback address: anyone who reaches it could change the cluster network. Give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (see docs/security.md; `flowmeshctl certs` makes a lab CA), or listen on 127.0.0.1")]
     PlaintextNotLoopback(SocketAddr),
@@ -100,6 +119,10 @@ pub struct Running {
     pub openflow_addr: SocketAddr,
     /// The bound metrics address.
     pub metrics_addr: Option<SocketAddr>,
+    /// Whether the metrics are served over TLS.
+    pub metrics_tls: bool,
+    /// The bound health address.
+    pub health_addr: Option<SocketAddr>,
     /// Tells the servers to stop accepting and finish what they are doing.
     stop: tokio::sync::watch::Sender<bool>,
     /// The servers a graceful shutdown waits for, by name.
@@ -178,15 +201,26 @@ async fn bind(
 fn load_and_initialise(
     store: &dyn StateBackend,
     cluster: Option<&ClusterNetworkConfig>,
-) -> Result<(topology::ClusterModel, crate::state::Listing), StartError> {
+) -> Result<
+    (
+        topology::ClusterModel,
+        crate::state::Listing,
+        Vec<crate::core::load::Skipped>,
+    ),
+    StartError,
+> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let listing = store.list()?;
         let records = listing.records.iter().map(|(r, _)| r.clone()).collect();
-        let (model, changes) = crate::core::load_model_from(records, cluster)?;
+        let crate::core::load::Loaded {
+            model,
+            changes,
+            skipped,
+        } = crate::core::load_model_from(records, cluster)?;
         if changes.is_empty() {
-            return Ok((model, listing));
+            return Ok((model, listing, skipped));
         }
         let revs: std::collections::HashMap<_, _> = listing
             .records
@@ -245,7 +279,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         (None, None) => crate::ha::Leadership::alone(),
         _ => crate::ha::Leadership::standby(),
     };
-    let (model, listing) = {
+    let (model, listing, skipped) = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || load_and_initialise(store.as_ref(), cluster.as_ref()))
             .await
@@ -292,8 +326,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             flag: "--openflow-listen",
             source,
         })?;
+    let metrics_tls = match (&cfg.metrics_tls, cfg.metrics_listen) {
+        (Some(t), Some(_)) => Some(http::tls_config(t)?),
+        (None, Some(a)) if !a.ip().is_loopback() => {
+            return Err(StartError::MetricsPlaintextNotLoopback(a))
+        }
+        _ => None,
+    };
     let metrics_l = match cfg.metrics_listen {
         Some(a) => Some(bind("metrics", "--metrics-listen", a).await?),
+        None => None,
+    };
+    let health_l = match cfg.health_listen {
+        Some(a) => Some(bind("health", "--health-listen", a).await?),
         None => None,
     };
     let metrics = Arc::new(Metrics::default());
@@ -309,6 +354,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         },
         metrics.clone(),
     )?;
+    if !skipped.is_empty() {
+        tracing::error!(
+            records = skipped.len(),
+            "stored records that do not fit the model were left out (each is logged above; the metric flowmesh_stored_records_refused counts them)"
+        );
+    }
+    core.read(move |c| c.set_refused(skipped)).await?;
     let grpc_addr = grpc.local_addr().map_err(|source| StartError::Listen {
         what: "gRPC",
         addr: cfg.grpc_listen,
@@ -317,6 +369,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     })?;
     let openflow_addr = of.local_addr();
     let metrics_addr = metrics_l.as_ref().and_then(|l| l.local_addr().ok());
+    let health_addr = health_l.as_ref().and_then(|l| l.local_addr().ok());
+    let metrics_over_tls = metrics_tls.is_some();
     let core_for_of = core.clone();
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -326,13 +380,32 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             core.clone(),
             grpc,
             (grpc_server, grpc_enforce),
+            NodeTrust {
+                kube: kube_store.clone(),
+                preregistered_only: cfg.nodes_preregistered,
+            },
             stopped(stop_rx.clone()),
         )),
     )];
     if let Some(l) = metrics_l {
         servers.push((
             "metrics",
-            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx.clone()))),
+            tokio::spawn(http::serve_metrics(
+                core.clone(),
+                l,
+                metrics_tls,
+                stopped(stop_rx.clone()),
+            )),
+        ));
+    }
+    if let Some(l) = health_l {
+        servers.push((
+            "health",
+            tokio::spawn(http::serve_health(
+                core.clone(),
+                l,
+                stopped(stop_rx.clone()),
+            )),
         ));
     }
     let replica_id = cfg.replica_id.clone().unwrap_or_else(|| {
@@ -384,11 +457,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
                 stop_rx.clone(),
             )),
         ));
-        tokio::spawn(crate::api::kube_sync::forward_refusals(
-            core.clone(),
-            crate::api::kube_sync::Events::new(ks.client(), replica_id.clone()),
-            leadership.clone(),
-        ));
     }
     if let Some(es) = &etcd_store {
         let id = replica_id.clone();
@@ -422,12 +490,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         let _listener = of;
         crate::switches::forward_events(core_for_of, of_events).await;
     });
-    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, "flowmesh-controller running");
+    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, metrics_tls = metrics_over_tls, ?health_addr, "flowmesh-controller running");
     Ok(Running {
         core,
         grpc_addr,
         openflow_addr,
         metrics_addr,
+        metrics_tls: metrics_over_tls,
+        health_addr,
         stop,
         servers,
     })
@@ -493,6 +563,7 @@ async fn serve_grpc(
     core: CoreHandle,
     listener: tokio::net::TcpListener,
     (builder, enforce): (tonic::transport::Server, bool),
+    trust: NodeTrust,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -532,7 +603,7 @@ async fn serve_grpc(
             AdminService::new(core.clone()),
         ))
         .add_service(proto::node::node_api_server::NodeApiServer::new(
-            NodeGuard::new(core),
+            NodeGuard::new(core, trust),
         ));
     let router = match (reflection_v1, reflection_v1alpha) {
         (Ok(v1), Ok(v1alpha)) => router.add_service(v1).add_service(v1alpha),
@@ -543,65 +614,5 @@ async fn serve_grpc(
     };
     if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server stopped");
-    }
-}
-
-async fn serve_metrics(
-    core: CoreHandle,
-    listener: tokio::net::TcpListener,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    use axum::routing::get;
-    let c1 = core.clone();
-    let c2 = core.clone();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let core = c1.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        core.metrics.render(&statuses),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let core = c2.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    let waiting: Vec<String> = statuses
-                        .iter()
-                        .filter(|s| !s.unknown)
-                        .filter(|s| {
-                            !(s.connected.load(Ordering::Relaxed)
-                                && s.synced.load(Ordering::Relaxed))
-                        })
-                        .map(|s| s.node.clone())
-                        .collect();
-                    if waiting.is_empty() {
-                        (axum::http::StatusCode::OK, "ready\n".to_string())
-                    } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: switches not in sync: {}\n", waiting.join(", ")),
-                        )
-                    }
-                }
-            }),
-        );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "metrics server stopped");
     }
 }

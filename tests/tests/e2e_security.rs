@@ -1,6 +1,7 @@
 //! The authenticated control plane, end to end on the real controller, shims and switches of a
 //! 3-node lab (TLS everywhere, certificates from `flowmeshctl certs lab`):
-//! * a node certificate may register only its own node and attach/detach pods only on it;
+//! * a node certificate may register only its own node, with the address it first registered
+//!   with, and attach/detach pods only on it;
 //! * a read-only admin certificate reads but changes nothing;
 //! * no certificate, a foreign CA's certificate and an expired certificate are refused;
 //! * a switch presenting another node's certificate gets only the default drop;
@@ -75,6 +76,8 @@ fn node_certificates_are_restricted_to_their_node() {
     let before = pods_json(&c);
     let url = format!("https://{}", c.ctl.grpc);
     let pki = c.ctl.pki.clone();
+    // node2's shim registered with these; the first registration pinned them.
+    let node2_ip = c.lab.underlay_ip(2).to_string();
     let codes = in_controller_ns(&c, move || {
         rt().block_on(async move {
             let ca = pem(&pki, "ca.pem");
@@ -156,11 +159,22 @@ fn node_certificates_are_restricted_to_their_node() {
                     .map(|_| ())
                     .map_err(|s| s.code()),
             );
-            // Its own node: allowed (re-registration is idempotent).
+            // Its own node with another address than it registered with: pinned.
+            codes.push(
+                node.register_node(proto::node::RegisterNodeRequest {
+                    name: "node2".into(),
+                    node_ip: "172.31.200.2".into(),
+                    dpid: 2,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code()),
+            );
+            // Its own node as registered: allowed (re-registration is idempotent).
             let own = node
                 .register_node(proto::node::RegisterNodeRequest {
                     name: "node2".into(),
-                    node_ip: "172.31.2.1".into(),
+                    node_ip: node2_ip,
                     dpid: 2,
                 })
                 .await
@@ -170,16 +184,11 @@ fn node_certificates_are_restricted_to_their_node() {
         })
     });
     let (codes, own) = codes;
-    assert_eq!(codes.len(), 7);
+    assert_eq!(codes.len(), 8);
     for (i, code) in codes.iter().enumerate() {
         assert_eq!(*code, Err(Code::PermissionDenied), "call #{i}");
     }
-    // node2's own re-registration is allowed; its lab address may differ from the one sent,
-    // so only a refusal for permission would be wrong.
-    match own {
-        Ok(n) => assert_eq!(n, "node2"),
-        Err(e) => assert!(!e.contains("PermissionDenied"), "{e}"),
-    }
+    assert_eq!(own, Ok("node2".to_string()));
     assert_eq!(pods_json(&c), before, "nothing changed");
 }
 

@@ -16,6 +16,10 @@ struct Args {
     /// (what deploy/crds.yaml holds) and exit.
     #[arg(long)]
     print_crds: bool,
+    /// Print the CustomResourceDefinitions of flowmesh's own flowmesh.io/v1 kinds
+    /// (PodAttachment; what deploy/kubernetes/05-crds.yaml holds) and exit.
+    #[arg(long)]
+    print_flowmesh_crds: bool,
     /// YAML file with the cluster network config (clusterNetworks, serviceNetwork, mode,
     /// vxlanPort, mtu). Without it the stored config, or the embedded default, is used.
     #[arg(long, env = "FLOWMESH_CONFIG")]
@@ -29,9 +33,26 @@ struct Args {
     /// gRPC listen address (admin and node APIs).
     #[arg(long, default_value = "127.0.0.1:9650")]
     grpc_listen: SocketAddr,
-    /// Prometheus /metrics, /healthz and /readyz listen address.
+    /// Prometheus /metrics, /healthz and /readyz listen address. Plaintext only on a loopback
+    /// address; anywhere else it needs --metrics-tls-cert, --metrics-tls-key and
+    /// --metrics-client-ca.
     #[arg(long, default_value = "127.0.0.1:9651")]
     metrics_listen: Option<SocketAddr>,
+    /// PEM certificate of the controller for the metrics listener (with --metrics-tls-key and
+    /// --metrics-client-ca): HTTPS with client certificates; only admin and read-only
+    /// certificates read the metrics.
+    #[arg(long, requires_all = ["metrics_tls_key", "metrics_client_ca"])]
+    metrics_tls_cert: Option<PathBuf>,
+    /// PEM private key of --metrics-tls-cert.
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_client_ca"])]
+    metrics_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) that sign the metrics clients' certificates (e.g. Prometheus').
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_tls_key"])]
+    metrics_client_ca: Option<PathBuf>,
+    /// Plaintext listener of /healthz and /readyz only, for the kubelet's probes (e.g.
+    /// 127.0.0.1:9652 with the probes' host: 127.0.0.1). Off unless given.
+    #[arg(long)]
+    health_listen: Option<SocketAddr>,
     /// Seconds between audits that re-read every switch and repair drift.
     #[arg(long, default_value_t = 30.0)]
     audit_interval: f64,
@@ -117,6 +138,18 @@ struct Args {
     /// leader-election Lease `flowmesh-controller` (with --datastore kubernetes).
     #[arg(long, env = "FLOWMESH_KUBE_NAMESPACE", default_value = "flowmesh")]
     kube_namespace: String,
+    /// With --datastore kubernetes, for upgrading from a version that kept pod attachments in
+    /// the Pod annotation flowmesh.io/attachment: take a pod's attachment from it when the pod
+    /// has no PodAttachment, the annotation's node is the Pod's spec.nodeName and its IP the
+    /// Pod's status.podIP; the leader writes the PodAttachment and removes the annotation.
+    /// Without it the annotation is ignored and reported (docs/operations.md, "Upgrading").
+    #[arg(long)]
+    import_attachment_annotations: bool,
+    /// With the embedded or etcd datastore: a node certificate registers only a node an admin
+    /// added first (`flowmeshctl node add NAME --ip IP --dpid DPID`). Without it a node's first
+    /// registration pins its IP and datapath id (docs/security.md).
+    #[arg(long)]
+    nodes_preregistered: bool,
     /// This replica's id among several sharing one etcd or Kubernetes API (default:
     /// HOSTNAME:GRPC_PORT).
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
@@ -146,9 +179,13 @@ fn kube_config(args: &Args) -> Result<Option<controller::state::kube::KubeConfig
         Datastore::Kubernetes => Ok(Some(controller::state::kube::KubeConfig {
             kubeconfig: args.kubeconfig.clone(),
             namespace: args.kube_namespace.clone(),
+            import_attachment_annotations: args.import_attachment_annotations,
             ..Default::default()
         })),
         _ if args.kubeconfig.is_some() => Err("--kubeconfig needs --datastore kubernetes".into()),
+        _ if args.import_attachment_annotations => {
+            Err("--import-attachment-annotations needs --datastore kubernetes".into())
+        }
         _ => Ok(None),
     }
 }
@@ -287,8 +324,13 @@ fn flowmesh_controller_dns(
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.print_crds {
-        return match kinds::openshift::crds_yaml() {
+    if args.print_crds || args.print_flowmesh_crds {
+        let yaml = if args.print_crds {
+            kinds::openshift::crds_yaml()
+        } else {
+            kinds::flowmesh::crds_yaml()
+        };
+        return match yaml {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
@@ -323,6 +365,19 @@ async fn run(args: Args) -> ExitCode {
             openflow_listen: args.openflow_listen,
             grpc_listen: args.grpc_listen,
             metrics_listen: args.metrics_listen,
+            metrics_tls: match (
+                &args.metrics_tls_cert,
+                &args.metrics_tls_key,
+                &args.metrics_client_ca,
+            ) {
+                (Some(c), Some(k), Some(a)) => Some(controller::server::MetricsTls {
+                    cert: c.clone(),
+                    key: k.clone(),
+                    client_ca: a.clone(),
+                }),
+                _ => None,
+            },
+            health_listen: args.health_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
             shim_grace: seconds("--shim-grace", args.shim_grace)?,
@@ -351,6 +406,12 @@ async fn run(args: Args) -> ExitCode {
                 }),
                 _ => None,
             },
+            nodes_preregistered: match args.datastore {
+                Datastore::Kubernetes if args.nodes_preregistered => {
+                    return Err("--nodes-preregistered is for the embedded and etcd datastores: with --datastore kubernetes a node registers only as the Node the API server has".into())
+                }
+                _ => args.nodes_preregistered,
+            },
         })
     })();
     let grace = match seconds("--shutdown-grace", args.shutdown_grace) {
@@ -371,12 +432,16 @@ async fn run(args: Args) -> ExitCode {
         Ok(r) => {
             // In JSON mode every line is JSON: the log's "running" line carries the addresses.
             if !json_logs {
+                let scheme = if r.metrics_tls { "https" } else { "http" };
                 eprintln!(
-                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}",
+                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}{}",
                     r.grpc_addr,
                     r.openflow_addr,
                     r.metrics_addr
-                        .map(|a| format!(", metrics on http://{a}/metrics"))
+                        .map(|a| format!(", metrics on {scheme}://{a}/metrics"))
+                        .unwrap_or_default(),
+                    r.health_addr
+                        .map(|a| format!(", health on http://{a}/healthz"))
                         .unwrap_or_default()
                 );
             }

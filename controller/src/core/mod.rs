@@ -161,6 +161,9 @@ pub struct Core {
     shims: HashMap<String, ShimWatch>,
     /// When the core started (the liveness grace counts from here).
     started: std::time::Instant,
+    /// Stored records left out of the model because they do not fit it (at load, or as a
+    /// watched change): key → why. A later change of the key that fits clears it.
+    refused: BTreeMap<String, String>,
 }
 
 /// A node shim's egress watch, as the core sees it.
@@ -299,6 +302,7 @@ impl Core {
             firewall_conflicts: BTreeMap::new(),
             shims: HashMap::new(),
             started: std::time::Instant::now(),
+            refused: BTreeMap::new(),
         };
         core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
@@ -389,6 +393,24 @@ impl Core {
         }
     }
 
+    /// The stored records left out of the model (key → why): at load, because they did not
+    /// fit, and watched changes the model refused since.
+    pub fn refused_records(&self) -> &BTreeMap<String, String> {
+        &self.refused
+    }
+
+    /// Replace the records left out of the model (after a load).
+    pub(crate) fn set_refused(&mut self, skipped: Vec<load::Skipped>) {
+        self.refused = skipped.into_iter().map(|s| (s.key, s.reason)).collect();
+        self.count_refused();
+    }
+
+    fn count_refused(&self) {
+        self.metrics
+            .stored_records_refused
+            .set(self.refused.len() as u64);
+    }
+
     /// Rebuild the model from the store (after a failed write) and resync every switch.
     fn reload(&mut self) {
         let loaded = self
@@ -400,9 +422,10 @@ impl Core {
                 load_model_from(records, None).map(|m| (m, l))
             });
         match loaded {
-            Ok(((m, _), listing)) => {
+            Ok((l, listing)) => {
                 revisions(&self.revs).relisted(&listing);
-                self.model = m;
+                self.model = l.model;
+                self.set_refused(l.skipped);
                 self.pipeline = Pipeline::new();
                 if let Ok(all) = self.pipeline.recompute(&self.model, &Affected::all()) {
                     self.retire_removed_nodes();
@@ -515,8 +538,15 @@ impl Core {
     fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
         for c in changes {
             match crate::core::store_sync::apply_change(&mut self.model, c) {
-                Ok(a) => affected.merge(a),
+                Ok(a) => {
+                    if self.refused.remove(&c.key().as_string()).is_some() {
+                        self.count_refused();
+                    }
+                    affected.merge(a)
+                }
                 Err(e) => {
+                    self.refused.insert(c.key().as_string(), e.to_string());
+                    self.count_refused();
                     tracing::error!(
                         key = %c.key().as_string(),
                         error = %e,
