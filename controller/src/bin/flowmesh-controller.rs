@@ -23,9 +23,30 @@ struct Args {
     /// Directory of the embedded state database.
     #[arg(long, env = "FLOWMESH_DATA_DIR", default_value = "/var/lib/flowmesh")]
     data_dir: PathBuf,
-    /// OpenFlow listen address for switch connections.
-    #[arg(long, default_value = "0.0.0.0:6653")]
+    /// OpenFlow listen address for switch connections. Loopback by default; an address other
+    /// hosts can reach needs OpenFlow TLS (--openflow-tls-cert, --openflow-tls-key,
+    /// --openflow-ca) or --openflow-insecure.
+    #[arg(long, default_value = "127.0.0.1:6653")]
     openflow_listen: SocketAddr,
+    /// Serve plaintext OpenFlow on a non-loopback --openflow-listen: anyone who reaches the
+    /// port can then claim a node's datapath id and receive its flow table. For labs on a
+    /// network only the switches reach; use OpenFlow TLS otherwise.
+    #[arg(long)]
+    openflow_insecure: bool,
+    /// OpenFlow connections held at once, in all (a connection over it is closed at once).
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_CONNECTIONS)]
+    openflow_max_connections: usize,
+    /// OpenFlow connections held at once from one peer IP address.
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_PER_PEER)]
+    openflow_max_connections_per_peer: usize,
+    /// Ports one switch may report (PORT_DESC plus PORT_STATUS adds); a switch reporting
+    /// more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_PORTS)]
+    openflow_max_ports: usize,
+    /// Bytes one multipart reply of a switch (e.g. its whole flow table) may take; a switch
+    /// sending more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_MULTIPART_BYTES)]
+    openflow_max_multipart_bytes: usize,
     /// gRPC listen address (admin and node APIs).
     #[arg(long, default_value = "127.0.0.1:9650")]
     grpc_listen: SocketAddr,
@@ -203,6 +224,32 @@ fn leader_ttl(args: &Args) -> Result<i64, String> {
     Ok(args.leader_ttl)
 }
 
+/// The OpenFlow listener's limits from the flags (each at least 1).
+fn openflow_limits(args: &Args) -> Result<controller::server::OpenFlowLimits, String> {
+    for (flag, v) in [
+        ("--openflow-max-connections", args.openflow_max_connections),
+        (
+            "--openflow-max-connections-per-peer",
+            args.openflow_max_connections_per_peer,
+        ),
+        ("--openflow-max-ports", args.openflow_max_ports),
+        (
+            "--openflow-max-multipart-bytes",
+            args.openflow_max_multipart_bytes,
+        ),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag} 0: give at least 1"));
+        }
+    }
+    Ok(controller::server::OpenFlowLimits {
+        max_connections: args.openflow_max_connections,
+        max_per_peer: args.openflow_max_connections_per_peer,
+        max_ports: args.openflow_max_ports,
+        max_multipart_bytes: args.openflow_max_multipart_bytes,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Text,
@@ -321,6 +368,8 @@ async fn run(args: Args) -> ExitCode {
             cluster: args.config.as_ref().map(load_config).transpose()?,
             data_dir: args.data_dir.clone(),
             openflow_listen: args.openflow_listen,
+            openflow_insecure: args.openflow_insecure,
+            openflow_limits: openflow_limits(&args)?,
             grpc_listen: args.grpc_listen,
             metrics_listen: args.metrics_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,

@@ -126,6 +126,7 @@ impl Cluster {
                 "--openflow-listen",
                 &of.to_string(),
             ])
+            .args(super::per_peer_flag(switches))
             .args(["--metrics-listen", &metrics.to_string(), "--log"])
             .arg(std::env::var("FLOWMESH_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
