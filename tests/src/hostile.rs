@@ -237,14 +237,17 @@ async fn run(mut stream: TcpStream, spec: HostileSpec, state: Arc<PeerState>) {
                 }
                 (msg_type::MULTIPART_REQUEST, Some(_)) if multipart_left > 0 => {
                     // Parts until the budget is spent; never the last one.
-                    for _ in 0..4 {
-                        if multipart_left == 0 {
-                            break;
-                        }
+                    while multipart_left > 0 {
                         let before = out.len();
                         Message::MultipartReply(bloat_part()).encode_into(xid, &mut out);
                         multipart_left = multipart_left.saturating_sub(out.len() - before);
                         state.sent.fetch_add(1, Ordering::Relaxed);
+                        if out.len() > 256 * 1024 {
+                            if stream.write_all(&out).await.is_err() {
+                                break;
+                            }
+                            out.clear();
+                        }
                     }
                     None
                 }

@@ -73,6 +73,8 @@ pub(super) struct Cluster {
     per_sandbox: u32,
     pub(super) admin: AdminClient<tonic::transport::Channel>,
     pub(super) grpc: SocketAddr,
+    /// The controller's OpenFlow listener.
+    pub(super) openflow: SocketAddr,
     pub(super) metrics: SocketAddr,
     pub(super) controller_pid: u32,
     pub(super) sandbox_s: f64,
@@ -200,6 +202,7 @@ impl Cluster {
             per_sandbox,
             admin,
             grpc,
+            openflow: of,
             metrics,
             controller_pid,
             sandbox_s,

@@ -6,6 +6,7 @@ pub mod compute;
 pub mod egressfw;
 pub mod egressip;
 pub mod flows;
+pub mod hostile;
 pub mod netpol;
 pub mod push;
 pub mod scale;
