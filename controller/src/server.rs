@@ -337,6 +337,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             audit_interval: cfg.audit_interval,
             shim_grace: cfg.shim_grace,
             leadership: leadership.clone(),
+            egress_dns_names_per_namespace: cfg.egress_dns.limits.names_per_namespace,
             ..CoreConfig::default()
         },
         metrics.clone(),

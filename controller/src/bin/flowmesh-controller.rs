@@ -109,6 +109,17 @@ struct Args {
     /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
     #[arg(long, default_value_t = 1800.0)]
     egress_dns_ttl_ceiling: f64,
+    /// The most distinct dnsNames one project's EgressNetworkPolicy may use (a policy with
+    /// more is refused, naming the first rule over the limit).
+    #[arg(long, default_value_t = topology::model::DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE)]
+    egress_dns_names_per_namespace: usize,
+    /// Seconds: after a burst of 3, a dnsName's changed addresses are stored (and pushed to
+    /// the switches) at most once per this interval; only the latest answer is kept.
+    #[arg(long, default_value_t = 10.0)]
+    egress_dns_write_interval: f64,
+    /// Changed dnsName addresses stored per second, all names together.
+    #[arg(long, default_value_t = controller::resources::egress_firewall::schedule::DEFAULT_WRITES_PER_SECOND)]
+    egress_dns_writes_per_second: u32,
     /// Where desired state lives: `embedded` (a database in --data-dir), `etcd` (an etcd v3
     /// cluster shared by several controller replicas; see --etcd-endpoints) or `kubernetes`
     /// (the API server's Node, Namespace, Pod, NetworkPolicy and OpenShift network objects;
@@ -324,10 +335,25 @@ fn flowmesh_controller_dns(
                 })?,
         ),
     };
+    if args.egress_dns_names_per_namespace == 0 {
+        return Err("--egress-dns-names-per-namespace 0: give at least 1".into());
+    }
+    if args.egress_dns_writes_per_second == 0 {
+        return Err("--egress-dns-writes-per-second 0: give at least 1".into());
+    }
     Ok(controller::resources::egress_firewall::dns::DnsConfig {
         server,
         ttl_floor: seconds("--egress-dns-ttl-floor", args.egress_dns_ttl_floor)?,
         ttl_ceiling: seconds("--egress-dns-ttl-ceiling", args.egress_dns_ttl_ceiling)?,
+        limits: controller::resources::egress_firewall::schedule::Limits {
+            names_per_namespace: args.egress_dns_names_per_namespace,
+            write_interval: seconds(
+                "--egress-dns-write-interval",
+                args.egress_dns_write_interval,
+            )?,
+            writes_per_second: args.egress_dns_writes_per_second,
+            ..Default::default()
+        },
         ..Default::default()
     })
 }

@@ -113,6 +113,9 @@ pub struct CoreConfig {
     /// This replica's standing among several (alone by default): only a leader programs
     /// switches and makes the controller's own changes (egress failover, DNS results).
     pub leadership: Arc<crate::ha::Leadership>,
+    /// The most distinct dnsNames one project's egress firewall may use (the model refuses
+    /// a policy with more).
+    pub egress_dns_names_per_namespace: usize,
 }
 
 impl Default for CoreConfig {
@@ -122,6 +125,7 @@ impl Default for CoreConfig {
             liveness_grace: Duration::from_secs(10),
             shim_grace: Duration::from_secs(5),
             leadership: crate::ha::Leadership::alone(),
+            egress_dns_names_per_namespace: topology::model::DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE,
         }
     }
 }
@@ -305,6 +309,8 @@ impl Core {
             shims: HashMap::new(),
             started: std::time::Instant::now(),
         };
+        core.model
+            .set_egress_dns_name_limit(core.cfg.egress_dns_names_per_namespace);
         core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
             .pipeline
@@ -408,6 +414,8 @@ impl Core {
             Ok(((m, _), listing)) => {
                 revisions(&self.revs).relisted(&listing);
                 self.model = m;
+                self.model
+                    .set_egress_dns_name_limit(self.cfg.egress_dns_names_per_namespace);
                 self.pipeline = Pipeline::new();
                 if let Ok(all) = self.pipeline.recompute(&self.model, &Affected::all()) {
                     self.retire_removed_nodes();
