@@ -345,8 +345,9 @@ impl<R> SessionFsm<R> {
         Ok(self.insert(1, kind, Some(responder)))
     }
 
-    /// Sends an ECHO_REQUEST whose ECHO_REPLY completes `responder` with [`Reply::Echo`]: a
-    /// liveness probe. The request is written at once (an output), not behind queued work.
+    /// Sends an ECHO_REQUEST; its ECHO_REPLY, or any other message from the switch, completes
+    /// `responder` with [`Reply::Echo`]: a liveness probe. The request is written at once (an
+    /// output), not behind queued work.
     pub fn begin_echo(&mut self, responder: R, out: &mut Vec<Output<R>>) {
         if self.phase == Phase::Closed {
             return;
@@ -487,17 +488,24 @@ impl<R> SessionFsm<R> {
         }
         self.last_rx = now;
         self.echo_sent = None;
+        // Any message proves the switch alive: liveness probes are answered by it (a switch
+        // streaming a large reply may answer an echo only after the reply).
+        let probes: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p.kind, Kind::Echo))
+            .map(|(x, _)| *x)
+            .collect();
+        for x in probes {
+            self.complete(x, Ok(Reply::Echo), out);
+        }
         let xid = header.xid;
         match msg {
             Message::EchoRequest(data) => out.push(Output::Send {
                 xid,
                 message: Message::EchoReply(data),
             }),
-            Message::EchoReply(_) => {
-                if matches!(self.pending.get(&xid).map(|p| &p.kind), Some(Kind::Echo)) {
-                    self.complete(xid, Ok(Reply::Echo), out);
-                }
-            }
+            Message::EchoReply(_) => {}
             Message::Hello(h) => self.on_hello(&h, out),
             Message::Error(e) => self.on_error(xid, e, out),
             Message::FeaturesReply(f) if self.phase == Phase::Features => self.on_features(f, out),

@@ -173,6 +173,10 @@ where
                 Ok(0) => s.close_with(DisconnectCause::PeerClosed),
                 Ok(n) => {
                     framer.push(rbuf.get(..n).unwrap_or_default());
+                    // Probes go out even while the switch streams (the read is polled first).
+                    while let Ok(reply) = probe_rx.try_recv() {
+                        s.fsm.begin_echo(Responder { reply, fallback: None }, &mut s.outputs);
+                    }
                     s.on_bytes(&mut framer);
                 }
                 Err(e) => s.close_with(DisconnectCause::Io(e.to_string())),
