@@ -27,6 +27,10 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// OpenFlow listen address.
     pub openflow_listen: SocketAddr,
+    /// Serve plaintext OpenFlow on an address that is not loopback (`--openflow-insecure`).
+    pub openflow_insecure: bool,
+    /// What one OpenFlow peer, and all of them together, may hold.
+    pub openflow_limits: OpenFlowLimits,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
     /// Metrics/health listen address (None: off). Plaintext only on loopback: elsewhere it
@@ -64,6 +68,30 @@ pub struct ServerConfig {
     pub nodes_preregistered: bool,
 }
 
+/// The OpenFlow listener's limits (docs/operations.md, "Limits of the OpenFlow listener").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFlowLimits {
+    /// Connections in all (`--openflow-max-connections`).
+    pub max_connections: usize,
+    /// Connections from one peer address (`--openflow-max-connections-per-peer`).
+    pub max_per_peer: usize,
+    /// Ports one switch may report (`--openflow-max-ports`).
+    pub max_ports: usize,
+    /// Bytes one multipart reply may take (`--openflow-max-multipart-bytes`).
+    pub max_multipart_bytes: usize,
+}
+
+impl Default for OpenFlowLimits {
+    fn default() -> Self {
+        OpenFlowLimits {
+            max_connections: ofproto::session::listener::DEFAULT_MAX_CONNECTIONS,
+            max_per_peer: ofproto::session::listener::DEFAULT_MAX_PER_PEER,
+            max_ports: ofproto::session::fsm::DEFAULT_MAX_PORTS,
+            max_multipart_bytes: ofproto::session::fsm::DEFAULT_MAX_MULTIPART_BYTES,
+        }
+    }
+}
+
 /// PEM files of the gRPC listener's TLS (docs/security.md).
 #[derive(Clone, Debug)]
 pub struct GrpcTls {
@@ -99,6 +127,9 @@ pub enum StartError {
     /// Plaintext gRPC on an address other hosts can reach.
     #[error("refusing to serve the admin and node APIs in plaintext on {0}, which is not a loopback address: anyone who reaches it could change the cluster network. Give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (see docs/security.md; `flowmeshctl certs` makes a lab CA), or listen on 127.0.0.1")]
     PlaintextNotLoopback(SocketAddr),
+    /// Plaintext OpenFlow on an address other hosts can reach, without `--openflow-insecure`.
+    #[error("refusing to serve OpenFlow in plaintext on {0}, which is not a loopback address: anyone who reaches it could claim a node's datapath id, receive that node's flow table and push its real switch aside. Give --openflow-tls-cert, --openflow-tls-key and --openflow-ca (see docs/security.md; `flowmeshctl certs lab` makes a lab CA), listen on 127.0.0.1, or accept the risk with --openflow-insecure")]
+    OpenFlowPlaintextNotLoopback(SocketAddr),
     /// A listen address is busy or not allowed.
     #[error("cannot listen on {what} {addr}: {source} (is another flowmesh-controller running? choose another address with {flag})")]
     Listen {
@@ -308,24 +339,25 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     };
     // Bind every listener before starting anything, so a busy port fails cleanly.
     let grpc = bind("gRPC", "--grpc-listen", cfg.grpc_listen).await?;
-    let tls = match &cfg.openflow_tls {
-        Some((cert, key, ca)) => {
-            let pem = ofproto::session::TlsPem::from_files(cert, key, ca)?;
-            Some(ofproto::session::server_config(&pem)?)
-        }
-        None => None,
-    };
+    let tls = openflow_tls_config(&cfg)?;
     let mut session_cfg = ofproto::session::SessionConfig::default();
     session_cfg.fsm.echo_interval = cfg.echo_interval;
     session_cfg.fsm.echo_timeout = cfg.echo_interval;
-    let (of, of_events) = ofproto::session::Listener::bind(cfg.openflow_listen, tls, session_cfg)
-        .await
-        .map_err(|source| StartError::Listen {
-            what: "OpenFlow",
-            addr: cfg.openflow_listen,
-            flag: "--openflow-listen",
-            source,
-        })?;
+    session_cfg.fsm.max_ports = cfg.openflow_limits.max_ports;
+    session_cfg.fsm.max_multipart_bytes = cfg.openflow_limits.max_multipart_bytes;
+    let limits = ofproto::session::ListenerLimits {
+        max_connections: cfg.openflow_limits.max_connections,
+        max_per_peer: cfg.openflow_limits.max_per_peer,
+    };
+    let (of, of_events) =
+        ofproto::session::Listener::bind_with_limits(cfg.openflow_listen, tls, session_cfg, limits)
+            .await
+            .map_err(|source| StartError::Listen {
+                what: "OpenFlow",
+                addr: cfg.openflow_listen,
+                flag: "--openflow-listen",
+                source,
+            })?;
     let metrics_tls = match (&cfg.metrics_tls, cfg.metrics_listen) {
         (Some(t), Some(_)) => Some(http::tls_config(t)?),
         (None, Some(a)) if !a.ip().is_loopback() => {
@@ -350,6 +382,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             audit_interval: cfg.audit_interval,
             shim_grace: cfg.shim_grace,
             leadership: leadership.clone(),
+            egress_dns_names_per_namespace: cfg.egress_dns.limits.names_per_namespace,
             ..CoreConfig::default()
         },
         metrics.clone(),
@@ -501,6 +534,45 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         stop,
         servers,
     })
+}
+
+/// The OpenFlow listener's TLS: a switch must present a certificate of `--openflow-ca` that
+/// names a node (`CN=system:node:NAME, O=system:nodes`), or its handshake is refused. None:
+/// plaintext, refused on an address that is not loopback unless `--openflow-insecure`.
+fn openflow_tls_config(
+    cfg: &ServerConfig,
+) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
+    let Some((cert, key, ca)) = &cfg.openflow_tls else {
+        let addr = cfg.openflow_listen;
+        if !addr.ip().is_loopback() {
+            if !cfg.openflow_insecure {
+                return Err(StartError::OpenFlowPlaintextNotLoopback(addr));
+            }
+            tracing::warn!(
+                %addr,
+                "OpenFlow in plaintext on a non-loopback address (--openflow-insecure): any host that reaches it can claim a node's datapath id and receive its flow table (use --openflow-tls-cert/--openflow-tls-key/--openflow-ca)"
+            );
+        }
+        return Ok(None);
+    };
+    let pem = ofproto::session::TlsPem::from_files(cert, key, ca)?;
+    let names_a_node: ofproto::session::ClientCheck = Arc::new(|der: &[u8]| {
+        match crate::identity::switch_node_of(der) {
+            Some(_) => Ok(()),
+            None => {
+                let who = crate::identity::identity_of(der)
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|e| e);
+                Err(format!(
+                    "the switch certificate names no node ({who}); a switch must present its node's certificate (CN=system:node:NAME, O=system:nodes)"
+                ))
+            }
+        }
+    });
+    Ok(Some(ofproto::session::server_config_checked(
+        &pem,
+        Some(names_a_node),
+    )?))
 }
 
 /// The gRPC listener's TLS, or None for plaintext on loopback (logged); plaintext elsewhere

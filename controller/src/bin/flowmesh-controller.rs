@@ -27,9 +27,30 @@ struct Args {
     /// Directory of the embedded state database.
     #[arg(long, env = "FLOWMESH_DATA_DIR", default_value = "/var/lib/flowmesh")]
     data_dir: PathBuf,
-    /// OpenFlow listen address for switch connections.
-    #[arg(long, default_value = "0.0.0.0:6653")]
+    /// OpenFlow listen address for switch connections. Loopback by default; an address other
+    /// hosts can reach needs OpenFlow TLS (--openflow-tls-cert, --openflow-tls-key,
+    /// --openflow-ca) or --openflow-insecure.
+    #[arg(long, default_value = "127.0.0.1:6653")]
     openflow_listen: SocketAddr,
+    /// Serve plaintext OpenFlow on a non-loopback --openflow-listen: anyone who reaches the
+    /// port can then claim a node's datapath id and receive its flow table. For labs on a
+    /// network only the switches reach; use OpenFlow TLS otherwise.
+    #[arg(long)]
+    openflow_insecure: bool,
+    /// OpenFlow connections held at once, in all (a connection over it is closed at once).
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_CONNECTIONS)]
+    openflow_max_connections: usize,
+    /// OpenFlow connections held at once from one peer IP address.
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_PER_PEER)]
+    openflow_max_connections_per_peer: usize,
+    /// Ports one switch may report (PORT_DESC plus PORT_STATUS adds); a switch reporting
+    /// more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_PORTS)]
+    openflow_max_ports: usize,
+    /// Bytes one multipart reply of a switch (e.g. its whole flow table) may take; a switch
+    /// sending more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_MULTIPART_BYTES)]
+    openflow_max_multipart_bytes: usize,
     /// gRPC listen address (admin and node APIs).
     #[arg(long, default_value = "127.0.0.1:9650")]
     grpc_listen: SocketAddr,
@@ -109,6 +130,17 @@ struct Args {
     /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
     #[arg(long, default_value_t = 1800.0)]
     egress_dns_ttl_ceiling: f64,
+    /// The most distinct dnsNames one project's EgressNetworkPolicy may use (a policy with
+    /// more is refused, naming the first rule over the limit).
+    #[arg(long, default_value_t = topology::model::DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE)]
+    egress_dns_names_per_namespace: usize,
+    /// Seconds: after a burst of 3, a dnsName's changed addresses are stored (and pushed to
+    /// the switches) at most once per this interval; only the latest answer is kept.
+    #[arg(long, default_value_t = 10.0)]
+    egress_dns_write_interval: f64,
+    /// Changed dnsName addresses stored per second, all names together.
+    #[arg(long, default_value_t = controller::resources::egress_firewall::schedule::DEFAULT_WRITES_PER_SECOND)]
+    egress_dns_writes_per_second: u32,
     /// Where desired state lives: `embedded` (a database in --data-dir), `etcd` (an etcd v3
     /// cluster shared by several controller replicas; see --etcd-endpoints) or `kubernetes`
     /// (the API server's Node, Namespace, Pod, NetworkPolicy and OpenShift network objects;
@@ -240,6 +272,32 @@ fn leader_ttl(args: &Args) -> Result<i64, String> {
     Ok(args.leader_ttl)
 }
 
+/// The OpenFlow listener's limits from the flags (each at least 1).
+fn openflow_limits(args: &Args) -> Result<controller::server::OpenFlowLimits, String> {
+    for (flag, v) in [
+        ("--openflow-max-connections", args.openflow_max_connections),
+        (
+            "--openflow-max-connections-per-peer",
+            args.openflow_max_connections_per_peer,
+        ),
+        ("--openflow-max-ports", args.openflow_max_ports),
+        (
+            "--openflow-max-multipart-bytes",
+            args.openflow_max_multipart_bytes,
+        ),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag} 0: give at least 1"));
+        }
+    }
+    Ok(controller::server::OpenFlowLimits {
+        max_connections: args.openflow_max_connections,
+        max_per_peer: args.openflow_max_connections_per_peer,
+        max_ports: args.openflow_max_ports,
+        max_multipart_bytes: args.openflow_max_multipart_bytes,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Text,
@@ -314,10 +372,25 @@ fn flowmesh_controller_dns(
                 })?,
         ),
     };
+    if args.egress_dns_names_per_namespace == 0 {
+        return Err("--egress-dns-names-per-namespace 0: give at least 1".into());
+    }
+    if args.egress_dns_writes_per_second == 0 {
+        return Err("--egress-dns-writes-per-second 0: give at least 1".into());
+    }
     Ok(controller::resources::egress_firewall::dns::DnsConfig {
         server,
         ttl_floor: seconds("--egress-dns-ttl-floor", args.egress_dns_ttl_floor)?,
         ttl_ceiling: seconds("--egress-dns-ttl-ceiling", args.egress_dns_ttl_ceiling)?,
+        limits: controller::resources::egress_firewall::schedule::Limits {
+            names_per_namespace: args.egress_dns_names_per_namespace,
+            write_interval: seconds(
+                "--egress-dns-write-interval",
+                args.egress_dns_write_interval,
+            )?,
+            writes_per_second: args.egress_dns_writes_per_second,
+            ..Default::default()
+        },
         ..Default::default()
     })
 }
@@ -363,6 +436,8 @@ async fn run(args: Args) -> ExitCode {
             cluster: args.config.as_ref().map(load_config).transpose()?,
             data_dir: args.data_dir.clone(),
             openflow_listen: args.openflow_listen,
+            openflow_insecure: args.openflow_insecure,
+            openflow_limits: openflow_limits(&args)?,
             grpc_listen: args.grpc_listen,
             metrics_listen: args.metrics_listen,
             metrics_tls: match (
