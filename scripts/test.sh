@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole flowmesh test suite: system packages, format check, every test of every crate
-# (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end).
+# (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end, the real
+# Kubernetes cluster), then a subset of the upstream Kubernetes e2e suite (docs/conformance.md).
 # Needs root: the tests create network namespaces and run their own Open vSwitch daemons.
 #
 # Every test binary runs even when an earlier one fails (--no-fail-fast); at the end the names
@@ -98,9 +99,16 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="${FLOWMESH_TES
     | tee "$log" || cargo_status=$?
 summary_status=0
 summary=$(summarize <"$log") || summary_status=$?
+
+# The upstream Kubernetes e2e subset CI runs (docs/conformance.md) on the cluster the cluster
+# tests brought up: NetworkPolicy specs and the pod-to-pod granular checks. Its last line is
+# the `conformance:` counts.
+conformance_status=0
+bash scripts/conformance.sh --subset ci || conformance_status=$?
 echo
 if [ "$cargo_status" -ne 0 ] && [ "$summary_status" -eq 0 ]; then
     echo "cargo test exited with status $cargo_status (a build failure, or a test binary that did not run)"
 fi
+[ "$conformance_status" -eq 0 ] || echo "the upstream e2e subset failed (scripts/conformance.sh --subset ci, status $conformance_status)"
 echo "$summary"
-[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ]
+[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ] && [ "$conformance_status" -eq 0 ]

@@ -663,8 +663,8 @@ async fn an_attach_waits_for_a_namespace_another_replica_is_creating() {
     .await
     .expect("connect");
     let core = |store: Arc<EtcdStore>| {
-        let (model, changes) =
-            load_model(store.as_ref(), Some(&default_config())).expect("load the store");
+        let l = load_model(store.as_ref(), Some(&default_config())).expect("load the store");
+        let (model, changes) = (l.model, l.changes);
         store.apply(&changes).expect("initial records");
         Core::spawn(
             model,

@@ -1,5 +1,6 @@
 //! What the outside world calls or watches: the admin and node gRPC services ([`grpc`]),
-//! their authentication and authorization ([`auth`]), the node's egress-IP watch
+//! their authentication and authorization ([`auth`]), what a node may assert
+//! ([`node_guard`]), the node's egress-IP watch
 //! ([`egress_watch`]) and the Kubernetes master's reactions to API objects ([`kube_sync`]).
 //! Each turns a request into an operation of [`crate::resources`]; nothing below imports it.
 
@@ -7,3 +8,4 @@ pub mod auth;
 pub mod egress_watch;
 pub mod grpc;
 pub mod kube_sync;
+pub mod node_guard;
