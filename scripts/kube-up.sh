@@ -456,6 +456,10 @@ wait_for "CRDs established" 60 kubectl_cp wait --for condition=established --tim
   crd/hostsubnets.network.openshift.io crd/netnamespaces.network.openshift.io \
   crd/clusternetworks.network.openshift.io crd/egressnetworkpolicies.network.openshift.io
 kubectl_cp apply -f "$root/deploy/kubernetes/00-namespace.yaml" >/dev/null
+# flowmesh's own CRDs (PodAttachment) established before the controller starts.
+kubectl_cp apply -f "$root/deploy/kubernetes/05-crds.yaml" >/dev/null
+wait_for "flowmesh CRDs established" 60 kubectl_cp wait --for condition=established --timeout=5s \
+  -f "$root/deploy/kubernetes/05-crds.yaml"
 kubectl_cp -n flowmesh create secret generic flowmesh-controller-tls \
   --from-file=controller.crt="$dir/flowmesh-pki/controller.pem" \
   --from-file=controller.key="$dir/flowmesh-pki/controller-key.pem" \
