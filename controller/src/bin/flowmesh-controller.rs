@@ -189,7 +189,7 @@ struct Args {
     /// Seconds: the leader's lease (etcd lease TTL, or the Kubernetes Lease's
     /// leaseDurationSeconds). A leader that dies is replaced within about this long. On etcd
     /// it must outlast the election that follows the loss of etcd's raft leader: at least
-    /// 4 s with etcd's default --election-timeout (see --etcd-election-timeout).
+    /// 5 s with etcd's default --election-timeout (see --etcd-election-timeout).
     #[arg(long, default_value_t = 5)]
     leader_ttl: i64,
     /// Milliseconds: the --election-timeout the etcd members run with (etcd's default is
