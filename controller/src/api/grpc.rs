@@ -377,6 +377,7 @@ impl Admin for AdminService {
                 last_error: s.last_error.lock().map(|p| p.clone()).unwrap_or_default(),
                 unknown: s.unknown,
                 role: s.role.lock().map(|r| r.clone()).unwrap_or_default(),
+                audit: s.audit.lock().map(|a| a.clone()).unwrap_or_default(),
             })
             .collect();
         Ok(Response::new(pa::SwitchList { items }))
