@@ -658,6 +658,13 @@ impl Admin for Fake {
     ) -> Result<Response<admin::AnnotateReply>, Status> {
         Err(Status::unimplemented("not in the fake"))
     }
+
+    async fn annotate_namespace(
+        &self,
+        _: Request<admin::AnnotateRequest>,
+    ) -> Result<Response<admin::AnnotateReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
 }
 
 /// A fake server on 127.0.0.1, stopped when dropped.
