@@ -375,3 +375,185 @@ fn one_line_per_connection_with_its_policy_and_verdict() {
     std::thread::sleep(Duration::from_secs(1)); // a window in which nothing may be written
     assert_eq!(lines(&c, 1).len(), cases.len());
 }
+
+/// Replaces the controller's `policyAuditConfig` in its configuration file (the controller
+/// re-reads it while running).
+fn set_audit_config(c: &CniCluster, base: &str, audit: &str) {
+    let text = format!("{base}policyAuditConfig:\n{audit}");
+    std::fs::write(&c.ctl.config, text).unwrap_or_else(|e| c.fail(&format!("write config: {e}")));
+}
+
+/// Makes new denied connections (each a line) until `recv` returns a datagram (20 s at most:
+/// the controller re-reads its file every 2 s and the shim applies what its stream sends).
+fn until_received(
+    c: &CniCluster,
+    p: &Pods,
+    what: &str,
+    mut recv: impl FnMut() -> Option<String>,
+) -> String {
+    let t = Instant::now();
+    loop {
+        assert!(!tcp_once(
+            &p.client,
+            &p.web,
+            9000,
+            Duration::from_millis(200)
+        ));
+        if let Some(m) = recv() {
+            return m;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            c.fail(&format!(
+                "{what}: no datagram after 20 s\n---- shim log ----\n{}",
+                flowmesh_tests::cni::log_tail(&c.shims[0].log, 40)
+            ));
+        }
+    }
+}
+
+#[test]
+fn every_destination_and_a_configuration_changed_while_running() {
+    use std::os::unix::net::UnixDatagram;
+    let opts = ControllerOptions::networkpolicy();
+    let base = opts.config_yaml.clone();
+    let mut first = opts.clone();
+    first.config_yaml = format!("{base}policyAuditConfig:\n  rateLimit: 100\n");
+    let c = CniCluster::start(&first);
+    let controller_pid = c.ctl.pid;
+    let p = setup(&c);
+    let buf = &mut [0u8; 2048];
+    let text = |n: usize, buf: &[u8]| String::from_utf8_lossy(&buf[..n]).into_owned();
+
+    // null (the default): the file only.
+    assert!(!tcp_once(
+        &p.client,
+        &p.web,
+        9000,
+        Duration::from_millis(200)
+    ));
+    let l = wait_lines(&c, 1, 1, "null");
+    assert_eq!(field(&l[0], "verdict"), Some("drop"));
+
+    // unix:PATH, RFC 5424 with the default facility local0 (16): alert is <129>.
+    let dir = c.lab.run_dir().join("audit-destinations");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let unix_path = dir.join("audit.sock");
+    let unix = UnixDatagram::bind(&unix_path).expect("bind unix");
+    unix.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    set_audit_config(
+        &c,
+        &base,
+        &format!(
+            "  rateLimit: 100\n  destination: unix:{}\n",
+            unix_path.display()
+        ),
+    );
+    let m = until_received(&c, &p, "unix:", || {
+        unix.recv(buf).ok().map(|n| text(n, buf))
+    });
+    println!("unix: {m}");
+    assert!(
+        m.starts_with("<129>1 ") && m.contains(" flowmesh-shim "),
+        "{m}"
+    );
+    assert!(
+        m.contains(" audit - ") && m.contains("name=\"NP:shop:Ingress\" verdict=drop"),
+        "{m}"
+    );
+    let file = lines(&c, 1);
+    assert!(
+        m.ends_with(file.last().expect("a line")),
+        "the datagram carries the file's line: {m}\n{file:?}"
+    );
+
+    // udp:HOST:PORT, to a listener in node1's namespace, with syslogFacility local3 (19).
+    let udp = flowmesh_tests::tcp::in_netns(c.lab.node(1).expect("node1").ns(), || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|source| {
+            flowmesh_tests::HarnessError::Net {
+                context: "bind udp".into(),
+                source,
+            }
+        })?;
+        Ok(s)
+    })
+    .expect("udp listener in node1");
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let port = udp.local_addr().expect("addr").port();
+    set_audit_config(
+        &c,
+        &base,
+        &format!(
+            "  rateLimit: 100\n  destination: udp:127.0.0.1:{port}\n  syslogFacility: local3\n"
+        ),
+    );
+    let m = until_received(&c, &p, "udp:", || udp.recv(buf).ok().map(|n| text(n, buf)));
+    println!("udp: {m}");
+    assert!(m.starts_with("<153>1 "), "{m}");
+    assert!(m.contains("verdict=drop"), "{m}");
+
+    // libc: the node's syslog socket, as glibc's syslog() writes it.
+    let dev_log = flowmesh_tests::cni::syslog_socket_path(&c.lab, 1);
+    let _ = std::fs::remove_file(&dev_log);
+    let libc = UnixDatagram::bind(&dev_log).expect("bind the syslog socket");
+    libc.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    set_audit_config(&c, &base, "  rateLimit: 100\n  destination: libc\n");
+    let m = until_received(&c, &p, "libc", || libc.recv(buf).ok().map(|n| text(n, buf)));
+    println!("libc: {m}");
+    assert!(
+        m.starts_with("<129>") && m.contains(" flowmesh-shim["),
+        "{m}"
+    );
+    assert!(m.contains("]: ") && m.contains("verdict=drop"), "{m}");
+
+    // A refused change (an invalid destination) keeps what is in use.
+    set_audit_config(
+        &c,
+        &base,
+        "  rateLimit: 100\n  destination: tcp:1.2.3.4:5\n",
+    );
+    std::thread::sleep(Duration::from_secs(5)); // two of the controller's re-reads
+    assert!(!tcp_once(
+        &p.client,
+        &p.web,
+        9001,
+        Duration::from_millis(200)
+    ));
+    let mut got = None;
+    for _ in 0..30 {
+        if let Ok(n) = libc.recv(buf) {
+            got = Some(text(n, buf));
+            break;
+        }
+    }
+    assert!(got.is_some(), "libc still in use after a refused change");
+    let log = std::fs::read_to_string(&c.ctl.logs[0]).unwrap_or_default();
+    assert!(
+        log.contains("the configuration file changed and is refused"),
+        "the controller says why"
+    );
+
+    // Back to null: nothing more reaches the old destinations.
+    set_audit_config(&c, &base, "  rateLimit: 100\n");
+    let t = Instant::now();
+    let before = lines(&c, 1).len();
+    loop {
+        // Drain what the libc socket got while the change travelled.
+        while libc.recv(buf).is_ok() {}
+        assert!(!tcp_once(
+            &p.client,
+            &p.web,
+            9002,
+            Duration::from_millis(200)
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        if libc.recv(buf).is_err() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "libc still used");
+    }
+    assert!(lines(&c, 1).len() > before, "the file is still written");
+    assert_eq!(c.ctl.pid, controller_pid, "applied without a restart");
+}
