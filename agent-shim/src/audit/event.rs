@@ -238,9 +238,14 @@ pub const REPEAT_WINDOW: Duration = Duration::from_secs(30);
 /// Connections remembered for [`REPEAT_WINDOW`] at most (the oldest are forgotten first).
 pub const REPEAT_MEMORY: usize = 16_384;
 
+/// The window of the rate limit: a second and a millisecond, so that the lines' own
+/// millisecond time stamps (taken with the wall clock as they are admitted) never show more
+/// than `rate` in a second either.
+pub const RATE_WINDOW: Duration = Duration::from_millis(1001);
+
 /// The filters between packet-ins and lines: one line per connection, and at most `rate` lines
-/// in any second (a sliding window of the last `rate` lines' times); what the second drops is
-/// counted and reported with the next line written.
+/// in any second (a sliding window of the last `rate` lines' times, [`RATE_WINDOW`]); what the
+/// second drops is counted and reported with the next line written.
 #[derive(Debug)]
 pub struct Gate {
     rate: u32,
@@ -321,7 +326,7 @@ impl Gate {
             let full = self
                 .written
                 .front()
-                .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1));
+                .is_some_and(|t| now.duration_since(*t) < RATE_WINDOW);
             if full {
                 self.suppressed += 1;
                 return Decision::Suppressed;
@@ -506,7 +511,11 @@ mod tests {
         );
         assert_eq!(
             g.admit(&event(31), t0 + Duration::from_secs(1)),
-            Decision::Write { suppressed: 117 }
+            Decision::Suppressed
+        );
+        assert_eq!(
+            g.admit(&event(32), t0 + RATE_WINDOW),
+            Decision::Write { suppressed: 118 }
         );
         // Over any second, at most `rate` lines.
         let mut g = Gate::new(5);

@@ -149,8 +149,19 @@ struct Logger {
     sinks: Sinks,
     names: HashMap<Ipv4Addr, (Option<String>, Instant)>,
     counters: Counters,
-    /// The meter band's drop count as last read (None: not read on this connection yet).
-    meter_drops: Option<u64>,
+    /// The meter band's drop count as last read on this connection.
+    meter_drops: MeterReading,
+}
+
+/// The audit meter's band drops as last read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MeterReading {
+    /// Not read on this connection yet: the first reading is the baseline.
+    Unread,
+    /// The bridge had no audit meter: one that appears starts from zero.
+    Absent,
+    /// This many.
+    Count(u64),
 }
 
 impl Logger {
@@ -212,31 +223,45 @@ impl Logger {
             return;
         };
         let e = Event { tag, flow };
-        if let Decision::Write { suppressed } = self.gate.admit(&e, Instant::now()) {
+        // The line's time is when it was admitted (the rate limit's clock), not when the pod
+        // names came back.
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        if let Decision::Write { suppressed } = self.gate.admit(&e, now) {
             let ends = self.ends(&e.flow).await;
-            let now = SystemTime::now();
-            let text = event::line(now, &self.opts.node, &e, &ends, suppressed);
-            self.sinks.write(&text, e.tag.syslog_severity(), now);
+            let text = event::line(wall, &self.opts.node, &e, &ends, suppressed);
+            self.sinks.write(&text, e.tag.syslog_severity(), wall);
             self.counters.lines += 1;
         }
     }
 
     /// Reads the meter's band drops; what grew since the last read was suppressed.
     async fn read_meter(&mut self, h: &SwitchHandle) {
-        let Ok(stats) = h.meter_stats().await else {
-            return;
+        let stats = match h.meter_stats().await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "reading the audit meter's statistics failed");
+                return;
+            }
         };
         let drops = stats
             .iter()
             .find(|m| m.meter_id == self.settings.meter_id)
             .and_then(|m| m.band_stats.first())
             .map(|b| b.0);
-        if let (Some(now), Some(before)) = (drops, self.meter_drops) {
-            if now > before {
-                self.gate.add_suppressed(now - before);
-            }
+        let before = match self.meter_drops {
+            MeterReading::Unread => drops,
+            MeterReading::Absent => Some(0),
+            MeterReading::Count(n) => Some(n),
+        };
+        if let (Some(now), Some(before)) = (drops, before) {
+            // A smaller count: the meter was made again (counting from zero).
+            self.gate
+                .add_suppressed(if now >= before { now - before } else { now });
         }
-        self.meter_drops = drops;
+        self.meter_drops = match drops {
+            Some(n) => MeterReading::Count(n),
+            None => MeterReading::Absent,
+        };
     }
 }
 
@@ -253,7 +278,7 @@ pub async fn run(api: NodeApi, opts: AuditOptions) {
         api,
         names: HashMap::new(),
         counters: Counters::default(),
-        meter_drops: None,
+        meter_drops: MeterReading::Unread,
     };
     let (_connector, mut events) = Connector::start(
         Target::Unix(opts.mgmt_socket.clone()),
@@ -285,7 +310,9 @@ pub async fn run(api: NodeApi, opts: AuditOptions) {
                         {
                             Ok(()) => {
                                 info!(socket = %opts.mgmt_socket.display(), controller_id = id, "audit connection to the bridge up");
-                                logger.meter_drops = None;
+                                // The baseline, before any packet-in of this connection.
+                                logger.meter_drops = MeterReading::Unread;
+                                logger.read_meter(&h).await;
                                 handle = Some(h);
                             }
                             Err(e) => {
