@@ -330,3 +330,143 @@ fn only_the_chosen_verdicts_are_logged() {
         (Verdict::Drop, Severity::Warning)
     );
 }
+
+/// `shop`'s EgressNetworkPolicy: rule 0 denies 203.0.113.7, rule 1 allows 203.0.113.0/24,
+/// rule 2 denies everything else.
+fn firewall(m: &mut ClusterModel) {
+    use topology::model::{EgressAction, EgressFirewall, EgressRule, EgressTo};
+    let rule = |action, cidr: &str| EgressRule {
+        action,
+        to: EgressTo::Cidr(cidr.parse().expect("cidr")),
+    };
+    m.apply_egress_firewall(EgressFirewall {
+        namespace: "shop".into(),
+        name: "default".into(),
+        rules: vec![
+            rule(EgressAction::Deny, "203.0.113.7/32"),
+            rule(EgressAction::Allow, "203.0.113.0/24"),
+            rule(EgressAction::Deny, "0.0.0.0/0"),
+        ],
+    })
+    .expect("firewall");
+}
+
+/// A TCP SYN from `from` to an outside address (the destination MAC is table 31's business).
+fn outside(from: &PodInfo, dst: Ipv4Addr, sport: u16) -> Packet {
+    Packet::l3(
+        from.ofport,
+        from.mac(),
+        [0x0a, 0x58, 0, 0, 0, 1],
+        L3::Ipv4 {
+            src: from.ip,
+            dst,
+            proto: 6,
+            src_port: sport,
+            dst_port: 443,
+        },
+    )
+}
+
+fn firewall_twins(fs: &FlowSet) -> usize {
+    fs.iter()
+        .filter(|f| f.table == 100 && decode(f.cookie).feature == Feature::Audit as u8)
+        .count()
+}
+
+#[test]
+fn egress_firewall_rules_are_logged_once_per_new_connection_with_their_index() {
+    let mut m = cluster();
+    firewall(&mut m);
+    let before = all_flows(&m);
+    m.set_acl_logging("shop", Some(logging())).expect("shop");
+    let on = all_flows(&m);
+    // Both nodes hold shop's table 100 (web on n1, db on n2): a twin per rule, and the meter.
+    for n in ["n1", "n2"] {
+        assert_eq!(firewall_twins(&on[n]), 3, "{n}");
+        assert_eq!(on[n].meters().len(), 1, "{n}");
+    }
+    let sim = Simulator::from_model(&m, &all_flows(&m));
+    // db is selected by no policy: only its firewall decides (and logs).
+    let db = pod(&m, "shop", "db");
+    let allowed = Ipv4Addr::new(203, 0, 113, 5);
+    let t = sim.trace(&db.node, outside(&db, allowed, 40000));
+    assert_eq!(t.to_host(), vec!["n2"], "{t:?}");
+    assert_eq!(
+        logged(&t),
+        vec![("n2".into(), tag(Verdict::Allow, "egress", "EF:shop:1"))]
+    );
+    // The same connection's next packet: established, not logged.
+    let t = sim.trace(&db.node, outside(&db, allowed, 40000));
+    assert_eq!((t.to_host().len(), t.packet_ins.len()), (1, 0));
+    // Denied by rule 0 (inside rule 1's prefix: the first match wins) and by rule 2; each
+    // attempt (a new source port) logged. (Table 30 committed the attempt before table 100
+    // dropped it; a retransmission of it is the shim's to count as a repeat.)
+    for (dst, rule) in [
+        (Ipv4Addr::new(203, 0, 113, 7), "EF:shop:0"),
+        (Ipv4Addr::new(8, 8, 8, 8), "EF:shop:2"),
+    ] {
+        for sport in [40001, 40002] {
+            let t = sim.trace(&db.node, outside(&db, dst, sport));
+            assert!(t.dropped(), "{dst}: {t:?}");
+            assert_eq!(
+                logged(&t),
+                vec![("n2".into(), tag(Verdict::Drop, "egress", rule))],
+                "{dst}"
+            );
+        }
+    }
+    // tools has no firewall: never logged.
+    let other = pod(&m, "tools", "other");
+    let t = sim.trace(&other.node, outside(&other, allowed, 40003));
+    assert_eq!((t.to_host().len(), t.packet_ins.len()), (1, 0));
+
+    // Deny only: the allow rule's twin goes.
+    m.set_acl_logging(
+        "shop",
+        Some(AclLogging {
+            deny: Some(Severity::Info),
+            allow: None,
+        }),
+    )
+    .expect("deny only");
+    assert_eq!(firewall_twins(&all_flows(&m)["n2"]), 2);
+    // Off: exactly the flows of before; an incremental pipeline agrees.
+    let mut p = topology::Pipeline::new();
+    let _ = p.node_flows(&m, "n2").expect("flows");
+    m.set_acl_logging("shop", None).expect("off");
+    assert_eq!(all_flows(&m), before);
+    assert_eq!(p.node_flows(&m, "n2").expect("flows"), before["n2"]);
+}
+
+#[test]
+fn traffic_relayed_to_an_egress_ip_node_is_logged_by_the_pods_node_only() {
+    use topology::model::HostSubnetEgress;
+    let mut m = cluster();
+    firewall(&mut m);
+    let eip = Ipv4Addr::new(192, 168, 0, 100);
+    m.set_host_subnet_egress(
+        "n1",
+        HostSubnetEgress {
+            egress_ips: vec![eip],
+            egress_cidrs: vec![],
+        },
+    )
+    .expect("hostsubnet");
+    m.set_namespace_egress_ips("shop", &[eip])
+        .expect("egress ip");
+    m.set_acl_logging("shop", Some(logging())).expect("shop");
+    let sim = Simulator::from_model(&m, &all_flows(&m));
+    let db = pod(&m, "shop", "db");
+    // db (n2) leaves through n1's egress IP: n2 judges and logs, n1 judges again (the same
+    // rules) without logging.
+    let t = sim.trace(&db.node, outside(&db, Ipv4Addr::new(203, 0, 113, 5), 40000));
+    assert_eq!(t.to_host(), vec!["n1"], "{t:?}");
+    assert!(
+        t.steps.iter().any(|s| s.node == "n1" && s.table == 100),
+        "n1 judges the relayed packet: {t:?}"
+    );
+    assert_eq!(
+        logged(&t),
+        vec![("n2".into(), tag(Verdict::Allow, "egress", "EF:shop:1"))]
+    );
+}

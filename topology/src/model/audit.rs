@@ -429,7 +429,7 @@ impl ClusterModel {
     }
 
     /// Set what namespace `name` logs (None or nothing: off). Affects the nodes with its pods
-    /// (its logging flows) in networkpolicy mode.
+    /// (its logging flows) in networkpolicy mode, and those holding its egress firewall.
     pub fn set_acl_logging(
         &mut self,
         name: &str,
@@ -453,7 +453,12 @@ impl ClusterModel {
         if !self.is_policy_mode() {
             return Ok(Affected::none());
         }
-        Ok(self.nodes_of_namespace(name))
+        let mut a = self.nodes_of_namespace(name);
+        if self.egress_firewall(name).is_some() {
+            // Its table-100 twins, also on the egress nodes of its egress IPs.
+            a.merge(self.nodes_of_netid(self.effective_netid(name)));
+        }
+        Ok(a)
     }
 
     /// Whether any namespace logs.

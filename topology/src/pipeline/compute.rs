@@ -215,7 +215,7 @@ impl Pipeline {
             cache.multicast = Arc::from([]);
         }
         groups.sort_by_key(|g| g.group_id);
-        let firewall = self.firewall.node_runs(model, node)?;
+        let (firewall, firewall_audit) = self.firewall.node_runs(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let whole = |r: &SharedRun| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]);
@@ -239,7 +239,7 @@ impl Pipeline {
             parts.push(FlowSet::from_chain(pieces));
         }
         let mut out = FlowSet::merge(parts, groups);
-        if self.policies.node_has_audit(node) {
+        if self.policies.node_has_audit(node) || firewall_audit {
             // The logging flows' meter: on the bridges that have some, at the configured rate.
             let rate = model.audit_config().rate_limit;
             out = out.with_meters(vec![super::audit::audit_meter(rate)]);
