@@ -6,7 +6,9 @@
 //! path and outputs): allowed and denied TCP, UDP and ICMP as new connections on one node and
 //! across VXLAN, then the established packets and replies of the allowed ones, and traffic of
 //! a namespace without logging. Every packet the simulator logs, OVS's trace logs, with the
-//! same controller id and userdata, and no other.
+//! same controller id and userdata, and no other. The egress firewall's logging twins
+//! likewise, including a connection relayed to an egress-IP node (judged again there, logged
+//! only on the pod's node).
 
 mod pipeline_ovs_judge;
 
@@ -141,6 +143,24 @@ fn tags(t: &topology::Trace) -> Vec<(String, Verdict, String)> {
         .collect()
 }
 
+/// `fs`'s meters on `node`'s bridge.
+fn add_meters(sbx: &flowmesh_tests::OvsSandbox, node: &str, fs: &topology::FlowSet) {
+    for meter in fs.meters() {
+        let band = &meter.bands[0];
+        sbx.ofctl(&[
+            "-O",
+            "OpenFlow13",
+            "add-meter",
+            node,
+            &format!(
+                "meter={},pktps,burst,stats,bands=type=drop,rate={},burst_size={}",
+                meter.meter_id, band.rate, band.burst_size
+            ),
+        ])
+        .expect("add-meter");
+    }
+}
+
 #[test]
 fn ofproto_trace_agrees_with_the_simulator_on_what_is_logged() {
     let m = cluster();
@@ -152,20 +172,7 @@ fn ofproto_trace_agrees_with_the_simulator_on_what_is_logged() {
             rendered(fs),
             "{node}: the logging flows read back as we print them"
         );
-        for meter in fs.meters() {
-            let band = &meter.bands[0];
-            sbx.ofctl(&[
-                "-O",
-                "OpenFlow13",
-                "add-meter",
-                node,
-                &format!(
-                    "meter={},pktps,burst,stats,bands=type=drop,rate={},burst_size={}",
-                    meter.meter_id, band.rate, band.burst_size
-                ),
-            ])
-            .expect("add-meter");
-        }
+        add_meters(&sbx, node, fs);
     }
     assert_eq!(sets["node-a"].meters().len(), 1);
     let dumped = sbx
@@ -331,4 +338,128 @@ fn ofproto_trace_agrees_with_the_simulator_on_what_is_logged() {
     );
     assert_eq!(judge.mismatches.len(), before + 1, "the judge missed it");
     assert!(judge.mismatches[before].contains("logged: []"));
+}
+
+/// The egress firewall's logging twins on real Open vSwitch: `shop` (logging) has an
+/// EgressNetworkPolicy (rule 0 denies 203.0.113.7, rule 1 allows 203.0.113.0/24, rule 2
+/// denies the rest) and an egress IP on node-a. db (node-b, selected by no policy) leaves the
+/// cluster through node-a: node-b judges and logs, node-a judges the relayed packet again and
+/// must not log it. OVS's trace and the simulator agree on every leg, copies included.
+#[test]
+fn ofproto_trace_agrees_on_what_the_egress_firewall_logs() {
+    use topology::model::{EgressAction, EgressFirewall, EgressRule, EgressTo, HostSubnetEgress};
+    let mut m = cluster();
+    let rule = |action, cidr: &str| EgressRule {
+        action,
+        to: EgressTo::Cidr(cidr.parse().expect("cidr")),
+    };
+    m.apply_egress_firewall(EgressFirewall {
+        namespace: "shop".into(),
+        name: "default".into(),
+        rules: vec![
+            rule(EgressAction::Deny, "203.0.113.7/32"),
+            rule(EgressAction::Allow, "203.0.113.0/24"),
+            rule(EgressAction::Deny, "0.0.0.0/0"),
+        ],
+    })
+    .expect("firewall");
+    let eip = Ipv4Addr::new(192, 168, 70, 100);
+    m.set_host_subnet_egress(
+        "node-a",
+        HostSubnetEgress {
+            egress_ips: vec![eip],
+            egress_cidrs: vec![],
+        },
+    )
+    .expect("hostsubnet");
+    m.set_namespace_egress_ips("shop", &[eip])
+        .expect("egress ip");
+    let sets = flowsets(&m);
+    // Groups (shop's egress IP) and meters first, then the flows that use them.
+    let sbx = pipeline_ovs_judge::sandbox(&m);
+    for (node, fs) in &sets {
+        for g in fs.groups() {
+            sbx.ofctl(&["add-group", node, &g.to_string()])
+                .unwrap_or_else(|e| panic!("{node}: OVS refuses group {g}: {e}"));
+        }
+        add_meters(&sbx, node, fs);
+        sbx.add_flows(node, &rendered(fs))
+            .unwrap_or_else(|e| panic!("{node}: OVS refuses our flows: {e}"));
+        assert_eq!(
+            sbx.dump_flows(node).expect("dump"),
+            rendered(fs),
+            "{node}: the logging twins read back as we print them"
+        );
+        assert_eq!(fs.meters().len(), 1, "{node}: the audit meter");
+        assert!(
+            fs.iter().any(|f| f.table == 100 && f.priority >= 140),
+            "{node} holds shop's table-100 twins"
+        );
+    }
+    let (db, other) = (pod(&m, "shop", "db"), pod(&m, "tools", "other"));
+    let out = |from: &PodInfo, dst: [u8; 4], sport: u16| {
+        Packet::l3(
+            from.ofport,
+            from.mac(),
+            [0x0a, 0x58, 0, 0, 0, 1],
+            L3::Ipv4 {
+                src: from.ip,
+                dst: Ipv4Addr::from(dst),
+                proto: 6,
+                src_port: sport,
+                dst_port: 443,
+            },
+        )
+    };
+    let mut judge = Judge::new(&sbx, &m, &sets);
+    let cases: Vec<(&str, &PodInfo, Packet, Vec<(String, Verdict, String)>)> = vec![
+        (
+            "db -> 203.0.113.5 (rule 1 allows; relayed to node-a's egress IP)",
+            &db,
+            out(&db, [203, 0, 113, 5], 40000),
+            vec![("node-b".into(), Verdict::Allow, "EF:shop:1".into())],
+        ),
+        (
+            "db -> 203.0.113.7 (rule 0 denies)",
+            &db,
+            out(&db, [203, 0, 113, 7], 40001),
+            vec![("node-b".into(), Verdict::Drop, "EF:shop:0".into())],
+        ),
+        (
+            "db -> 198.51.100.1 (rule 2 denies)",
+            &db,
+            out(&db, [198, 51, 100, 1], 40002),
+            vec![("node-b".into(), Verdict::Drop, "EF:shop:2".into())],
+        ),
+        (
+            "tools/other -> 198.51.100.1 (no firewall, no logging)",
+            &other,
+            out(&other, [198, 51, 100, 1], 40003),
+            vec![],
+        ),
+    ];
+    for (label, from, p, want) in cases {
+        let t = judge.check(label, &from.node, p);
+        assert_eq!(tags(&t), want, "{label}: {t:?}");
+    }
+    let t = judge.prime(&db.node, out(&db, [203, 0, 113, 5], 40010));
+    assert_eq!(tags(&t).len(), 1, "the first packet is logged");
+    // The next packet: established at node-b's table 0, not logged (on either node).
+    let t = judge.check_ct(
+        "db -> 203.0.113.5 next packet",
+        &db.node,
+        out(&db, [203, 0, 113, 5], 40010),
+        &["trk,est", "trk,est"],
+    );
+    assert!(t.packet_ins.is_empty(), "{t:?}");
+    // The allowed packets' legs on node-a (relayed over VXLAN) were judged too.
+    assert_eq!(judge.node_checks, judge.packets + 2, "legs judged");
+    assert!(
+        judge.mismatches.is_empty(),
+        "{} of {} packets disagree:\n{}",
+        judge.mismatches.len(),
+        judge.packets,
+        judge.mismatches.join("\n")
+    );
+    assert_eq!(judge.agreed, judge.packets);
 }
