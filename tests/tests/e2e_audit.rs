@@ -5,7 +5,8 @@
 //! Allowed and denied TCP, UDP and ICMP connections between pods on two nodes, ingress and
 //! egress, each give exactly one line in the log of the node that decided, with the policy,
 //! verdict, severity, addresses, ports and pod names; replies and later packets give none;
-//! other namespaces and other nodes log nothing; turning logging off stops the lines.
+//! other namespaces and other nodes log nothing; turning logging off stops the lines. The
+//! egress firewall's rules likewise (`EF:shop:INDEX`, to hosts on the underlay).
 //!
 //! Run (root, Open vSwitch 3.1): `cargo test -p flowmesh-tests --test e2e_audit -- --nocapture`.
 
@@ -679,4 +680,145 @@ fn a_flood_of_denied_syns_is_rate_limited_and_other_traffic_flows() {
         passed <= bound,
         "the meter passed {passed} packet-ins (bound {bound})"
     );
+}
+
+/// `ping -c 3` from `a`'s namespace to `ip`; whether any answer came.
+fn ping_ip(a: &CniPod, ip: std::net::Ipv4Addr) -> bool {
+    Command::new("ip")
+        .args([
+            "netns", "exec", &a.ns, "ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "2",
+        ])
+        .arg(ip.to_string())
+        .output()
+        .expect("ping")
+        .status
+        .success()
+}
+
+/// The egress firewall of a logging namespace: connections leaving the cluster that a rule
+/// allows or denies give one line each on the pod's node, named `EF:NAMESPACE:RULE-INDEX`,
+/// with the outside address and no pod name for it; the replies and later packets none.
+#[test]
+fn egress_firewall_rules_log_one_line_per_connection() {
+    let mut opts = ControllerOptions::networkpolicy();
+    opts.config_yaml += "policyAuditConfig:\n  rateLimit: 50\n";
+    let c = CniCluster::start(&opts);
+    let (a_ns, a_ip) = c.lab.add_underlay_host("outa", 101).expect("host A");
+    let (b_ns, b_ip) = c.lab.add_underlay_host("outb", 102).expect("host B");
+    let _a = TcpServer::start(&a_ns, a_ip, TCP_PORT, "A").expect("server A");
+    let _b = TcpServer::start(&b_ns, b_ip, TCP_PORT, "B").expect("server B");
+    c.apply(
+        "namespaces",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata:\n  name: tools\n",
+    );
+    c.ctl(&[
+        "annotate",
+        "namespace",
+        "shop",
+        r#"k8s.ovn.org/acl-logging={"deny": "warning", "allow": "info"}"#,
+    ]);
+    let api = c.add_cni_pod(2, "shop", "api");
+    let tool = c.add_cni_pod(2, "tools", "tool");
+    // Rule 0 allows host A, rule 1 denies everything else (host B).
+    c.apply(
+        "firewall",
+        &format!(
+            "apiVersion: network.openshift.io/v1\nkind: EgressNetworkPolicy\n\
+             metadata:\n  namespace: shop\n  name: default\nspec:\n  egress:\n\
+             \x20 - type: Allow\n    to:\n      cidrSelector: {a_ip}/32\n\
+             \x20 - type: Deny\n    to:\n      cidrSelector: 0.0.0.0/0\n"
+        ),
+    );
+    c.wait_all_synced("after the firewall");
+    let (to_a, to_b) = (
+        SocketAddrV4::new(a_ip, TCP_PORT),
+        SocketAddrV4::new(b_ip, TCP_PORT),
+    );
+    let reaches = |p: &CniPod, to: SocketAddrV4, t: Duration| {
+        tcp_probe(&p.ns, to, b"hello", t)
+            .expect("tcp probe")
+            .is_some_and(|r| !r.is_empty())
+    };
+    // (what, traffic, allowed?, verdict, reference, proto, dst)
+    type Case<'a> = (
+        &'a str,
+        Box<dyn Fn() -> bool + 'a>,
+        bool,
+        &'a str,
+        &'a str,
+        &'a str,
+        std::net::Ipv4Addr,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "TCP to host A (rule 0 allows)",
+            Box::new(|| reaches(&api, to_a, Duration::from_secs(3))),
+            true,
+            "allow",
+            "EF:shop:0",
+            "tcp",
+            a_ip,
+        ),
+        (
+            "TCP to host B (rule 1 denies)",
+            Box::new(|| reaches(&api, to_b, Duration::from_millis(1500))),
+            false,
+            "drop",
+            "EF:shop:1",
+            "tcp",
+            b_ip,
+        ),
+        (
+            "ICMP to host A (rule 0 allows)",
+            Box::new(|| ping_ip(&api, a_ip)),
+            true,
+            "allow",
+            "EF:shop:0",
+            "icmp",
+            a_ip,
+        ),
+        (
+            "ICMP to host B (rule 1 denies)",
+            Box::new(|| ping_ip(&api, b_ip)),
+            false,
+            "drop",
+            "EF:shop:1",
+            "icmp",
+            b_ip,
+        ),
+    ];
+    for (i, (what, traffic, allowed, verdict, reference, proto, dst)) in cases.iter().enumerate() {
+        assert_eq!(traffic(), *allowed, "{what}: the firewall's verdict");
+        let l = wait_lines(&c, 2, i + 1, what);
+        let line = &l[i];
+        println!("{what}: {line}");
+        assert_eq!(field(line, "node"), Some("node2"), "{line}");
+        assert_eq!(field(line, "name"), Some(*reference), "{line}");
+        assert_eq!(field(line, "verdict"), Some(*verdict), "{line}");
+        let sev = if *verdict == "allow" {
+            "info"
+        } else {
+            "warning"
+        };
+        assert_eq!(field(line, "severity"), Some(sev), "{line}");
+        assert_eq!(field(line, "direction"), Some("egress"), "{line}");
+        assert_eq!(field(line, "proto"), Some(*proto), "{line}");
+        assert_eq!(field(line, "src"), Some(api.ip.to_string().as_str()));
+        assert_eq!(field(line, "dst"), Some(dst.to_string().as_str()));
+        assert_eq!(field(line, "src_pod"), Some("shop/api"), "{line}");
+        assert_eq!(field(line, "dst_pod"), None, "an outside address: {line}");
+        if *proto == "tcp" {
+            assert_eq!(field(line, "dport"), Some(TCP_PORT.to_string().as_str()));
+        }
+    }
+    // tools has no firewall and does not log: it reaches both hosts, unlogged.
+    assert!(reaches(&tool, to_a, Duration::from_secs(3)));
+    assert!(reaches(&tool, to_b, Duration::from_secs(3)));
+    // A window in which nothing may be written: the replies, later packets and
+    // retransmissions of the connections above are not lines.
+    std::thread::sleep(Duration::from_secs(2));
+    let node2 = lines(&c, 2);
+    assert_eq!(node2.len(), cases.len(), "{}", node2.join("\n"));
+    assert!(lines(&c, 1).is_empty() && lines(&c, 3).is_empty());
 }
