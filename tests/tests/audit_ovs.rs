@@ -412,7 +412,8 @@ fn ofproto_trace_agrees_on_what_the_egress_firewall_logs() {
         )
     };
     let mut judge = Judge::new(&sbx, &m, &sets);
-    let cases: Vec<(&str, &PodInfo, Packet, Vec<(String, Verdict, String)>)> = vec![
+    type Logged = Vec<(String, Verdict, String)>;
+    let cases: Vec<(&str, &PodInfo, Packet, Logged)> = vec![
         (
             "db -> 203.0.113.5 (rule 1 allows; relayed to node-a's egress IP)",
             &db,
