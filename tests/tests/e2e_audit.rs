@@ -822,3 +822,80 @@ fn egress_firewall_rules_log_one_line_per_connection() {
     assert_eq!(node2.len(), cases.len(), "{}", node2.join("\n"));
     assert!(lines(&c, 1).is_empty() && lines(&c, 3).is_empty());
 }
+
+/// The node's log file with `maxFileSize: 1` (MB) and `maxLogFiles: 2`: floods of denied SYNs
+/// (each its own connection and line, the rate limit high enough to let them through) until
+/// the file has rotated twice; every file kept is at most 1,000,000 bytes, holds whole lines,
+/// and the newest lines are in the current file; nothing beyond `.2` is kept.
+#[test]
+fn the_log_file_rotates_at_max_file_size() {
+    use flowmesh_tests::audit::syn_flood;
+    let mut opts = ControllerOptions::networkpolicy();
+    opts.config_yaml +=
+        "policyAuditConfig:\n  rateLimit: 20000\n  maxFileSize: 1\n  maxLogFiles: 2\n";
+    let c = CniCluster::start(&opts);
+    let p = setup(&c);
+    let file = audit_log_path(&c.lab, 1);
+    let rotated = |i: u32| std::path::PathBuf::from(format!("{}.{i}", file.display()));
+    let mut sent = 0;
+    // About 230 bytes a line: 1 MB is some 4,400 lines. 5,000 SYNs a round, 20 rounds at most.
+    for _ in 0..20 {
+        if rotated(2).exists() {
+            break;
+        }
+        let r =
+            syn_flood(&p.client.ns, SocketAddrV4::new(p.web.ip, 9999), 5000, 5000).expect("flood");
+        sent += r.sent;
+        // Let the shim write what the meter passed.
+        let t = Instant::now();
+        let mut last = 0;
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+            if now == last || t.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            last = now;
+        }
+    }
+    assert!(
+        rotated(2).exists(),
+        "not rotated twice after {sent} SYNs\n---- shim log ----\n{}",
+        flowmesh_tests::cni::log_tail(&c.shims[0].log, 40)
+    );
+    assert!(!rotated(3).exists(), "maxLogFiles 2 keeps .1 and .2 only");
+    let mut newest_before = None;
+    for path in [rotated(2), rotated(1), file.clone()] {
+        let text = std::fs::read_to_string(&path).expect("read");
+        let len = text.len();
+        println!(
+            "{}: {len} bytes, {} lines",
+            path.display(),
+            text.lines().count()
+        );
+        assert!(len <= 1_000_000, "{}: {len} bytes", path.display());
+        assert!(text.ends_with('\n'), "{}: whole lines", path.display());
+        for l in text.lines() {
+            assert!(
+                field(l, "name") == Some("NP:shop:Ingress") && field(l, "verdict") == Some("drop"),
+                "{}: {l}",
+                path.display()
+            );
+        }
+        // Older files hold older lines.
+        let first = text
+            .lines()
+            .next()
+            .and_then(flowmesh_tests::audit::line_time_ms);
+        if let (Some(before), Some(first)) = (newest_before, first) {
+            assert!(first >= before, "{}: out of order", path.display());
+        }
+        newest_before = text
+            .lines()
+            .last()
+            .and_then(flowmesh_tests::audit::line_time_ms);
+    }
+    // A rotated file was full: the next line would not have fit.
+    let one = std::fs::metadata(rotated(1)).expect(".1").len();
+    assert!(one > 1_000_000 - 400, ".1 rotated early: {one} bytes");
+}
