@@ -161,6 +161,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         .map(str::to_owned)
         .collect();
     let max_lines = max_lines_per_second(&lines);
+    if let Some(l) = lines.last() {
+        println!("last audit line on node1: {l}");
+    }
     let stat = |v: &[f64]| {
         let s = sorted(v);
         (
