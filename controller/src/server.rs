@@ -1,14 +1,19 @@
 //! Running the controller: the state backend, the core, the gRPC server (admin + node API,
-//! reflection, health), the metrics/health HTTP endpoint and the OpenFlow listener.
+//! reflection, health), the metrics and health HTTP endpoints ([`http`]) and the OpenFlow
+//! listener.
 
-use crate::api::auth::{AuthzLayer, NodeGuard};
+mod http;
+
+pub use http::MetricsTls;
+
+use crate::api::auth::AuthzLayer;
 use crate::api::grpc::AdminService;
+use crate::api::node_guard::{NodeGuard, NodeTrust};
 use crate::core::{Core, CoreConfig, CoreHandle};
 use crate::observe::Metrics;
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use topology::ClusterNetworkConfig;
@@ -27,10 +32,19 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// OpenFlow listen address.
     pub openflow_listen: SocketAddr,
+    /// Serve plaintext OpenFlow on an address that is not loopback (`--openflow-insecure`).
+    pub openflow_insecure: bool,
+    /// What one OpenFlow peer, and all of them together, may hold.
+    pub openflow_limits: OpenFlowLimits,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
-    /// Metrics/health listen address (None: off).
+    /// Metrics/health listen address (None: off). Plaintext only on loopback: elsewhere it
+    /// needs `metrics_tls`.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS with client certificates for the metrics listener.
+    pub metrics_tls: Option<MetricsTls>,
+    /// A plaintext listener of `/healthz` and `/readyz` only, for the kubelet (None: off).
+    pub health_listen: Option<SocketAddr>,
     /// Audit interval.
     pub audit_interval: Duration,
     /// Echo interval for switch liveness (the timeout is the same again).
@@ -54,6 +68,33 @@ pub struct ServerConfig {
     /// TLS with client certificates for the gRPC APIs. None: plaintext, allowed only when
     /// `grpc_listen` is a loopback address.
     pub grpc_tls: Option<GrpcTls>,
+    /// Embedded and etcd datastores: node certificates register only nodes an admin added
+    /// (`--nodes-preregistered`).
+    pub nodes_preregistered: bool,
+}
+
+/// The OpenFlow listener's limits (docs/operations.md, "Limits of the OpenFlow listener").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFlowLimits {
+    /// Connections in all (`--openflow-max-connections`).
+    pub max_connections: usize,
+    /// Connections from one peer address (`--openflow-max-connections-per-peer`).
+    pub max_per_peer: usize,
+    /// Ports one switch may report (`--openflow-max-ports`).
+    pub max_ports: usize,
+    /// Bytes one multipart reply may take (`--openflow-max-multipart-bytes`).
+    pub max_multipart_bytes: usize,
+}
+
+impl Default for OpenFlowLimits {
+    fn default() -> Self {
+        OpenFlowLimits {
+            max_connections: ofproto::session::listener::DEFAULT_MAX_CONNECTIONS,
+            max_per_peer: ofproto::session::listener::DEFAULT_MAX_PER_PEER,
+            max_ports: ofproto::session::fsm::DEFAULT_MAX_PORTS,
+            max_multipart_bytes: ofproto::session::fsm::DEFAULT_MAX_MULTIPART_BYTES,
+        }
+    }
 }
 
 /// PEM files of the gRPC listener's TLS (docs/security.md).
@@ -85,9 +126,18 @@ pub enum StartError {
     /// The gRPC TLS files are unusable.
     #[error("gRPC TLS: {0}")]
     GrpcTls(String),
+    /// The metrics TLS files are unusable.
+    #[error("metrics TLS: {0}")]
+    MetricsTls(String),
+    /// Plaintext metrics on an address other hosts can reach.
+    #[error("refusing to serve the metrics in plaintext on {0}, which is not a loopback address: anyone who reaches it could read node names, datapath ids and error counts. Give --metrics-tls-cert, --metrics-tls-key and --metrics-client-ca (TLS with client certificates; see docs/operations.md, \"Health and metrics\"), or listen on 127.0.0.1; the kubelet's probes use --health-listen")]
+    MetricsPlaintextNotLoopback(SocketAddr),
     /// Plaintext gRPC on an address other hosts can reach.
     #[error("refusing to serve the admin and node APIs in plaintext on {0}, which is not a loopback address: anyone who reaches it could change the cluster network. Give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (see docs/security.md; `flowmeshctl certs` makes a lab CA), or listen on 127.0.0.1")]
     PlaintextNotLoopback(SocketAddr),
+    /// Plaintext OpenFlow on an address other hosts can reach, without `--openflow-insecure`.
+    #[error("refusing to serve OpenFlow in plaintext on {0}, which is not a loopback address: anyone who reaches it could claim a node's datapath id, receive that node's flow table and push its real switch aside. Give --openflow-tls-cert, --openflow-tls-key and --openflow-ca (see docs/security.md; `flowmeshctl certs lab` makes a lab CA), listen on 127.0.0.1, or accept the risk with --openflow-insecure")]
+    OpenFlowPlaintextNotLoopback(SocketAddr),
     /// A listen address is busy or not allowed.
     #[error("cannot listen on {what} {addr}: {source} (is another flowmesh-controller running? choose another address with {flag})")]
     Listen {
@@ -108,6 +158,10 @@ pub struct Running {
     pub openflow_addr: SocketAddr,
     /// The bound metrics address.
     pub metrics_addr: Option<SocketAddr>,
+    /// Whether the metrics are served over TLS.
+    pub metrics_tls: bool,
+    /// The bound health address.
+    pub health_addr: Option<SocketAddr>,
     /// Tells the servers to stop accepting and finish what they are doing.
     stop: tokio::sync::watch::Sender<bool>,
     /// The servers a graceful shutdown waits for, by name.
@@ -186,15 +240,26 @@ async fn bind(
 fn load_and_initialise(
     store: &dyn StateBackend,
     cluster: Option<&ClusterNetworkConfig>,
-) -> Result<(topology::ClusterModel, crate::state::Listing), StartError> {
+) -> Result<
+    (
+        topology::ClusterModel,
+        crate::state::Listing,
+        Vec<crate::core::load::Skipped>,
+    ),
+    StartError,
+> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let listing = store.list()?;
         let records = listing.records.iter().map(|(r, _)| r.clone()).collect();
-        let (model, changes) = crate::core::load_model_from(records, cluster)?;
+        let crate::core::load::Loaded {
+            model,
+            changes,
+            skipped,
+        } = crate::core::load_model_from(records, cluster)?;
         if changes.is_empty() {
-            return Ok((model, listing));
+            return Ok((model, listing, skipped));
         }
         let revs: std::collections::HashMap<_, _> = listing
             .records
@@ -253,7 +318,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         (None, None) => crate::ha::Leadership::alone(),
         _ => crate::ha::Leadership::standby(),
     };
-    let (mut model, listing) = {
+    let (mut model, listing, skipped) = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || load_and_initialise(store.as_ref(), cluster.as_ref()))
             .await
@@ -287,26 +352,38 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     };
     // Bind every listener before starting anything, so a busy port fails cleanly.
     let grpc = bind("gRPC", "--grpc-listen", cfg.grpc_listen).await?;
-    let tls = match &cfg.openflow_tls {
-        Some((cert, key, ca)) => {
-            let pem = ofproto::session::TlsPem::from_files(cert, key, ca)?;
-            Some(ofproto::session::server_config(&pem)?)
-        }
-        None => None,
-    };
+    let tls = openflow_tls_config(&cfg)?;
     let mut session_cfg = ofproto::session::SessionConfig::default();
     session_cfg.fsm.echo_interval = cfg.echo_interval;
     session_cfg.fsm.echo_timeout = cfg.echo_interval;
-    let (of, of_events) = ofproto::session::Listener::bind(cfg.openflow_listen, tls, session_cfg)
-        .await
-        .map_err(|source| StartError::Listen {
-            what: "OpenFlow",
-            addr: cfg.openflow_listen,
-            flag: "--openflow-listen",
-            source,
-        })?;
+    session_cfg.fsm.max_ports = cfg.openflow_limits.max_ports;
+    session_cfg.fsm.max_multipart_bytes = cfg.openflow_limits.max_multipart_bytes;
+    let limits = ofproto::session::ListenerLimits {
+        max_connections: cfg.openflow_limits.max_connections,
+        max_per_peer: cfg.openflow_limits.max_per_peer,
+    };
+    let (of, of_events) =
+        ofproto::session::Listener::bind_with_limits(cfg.openflow_listen, tls, session_cfg, limits)
+            .await
+            .map_err(|source| StartError::Listen {
+                what: "OpenFlow",
+                addr: cfg.openflow_listen,
+                flag: "--openflow-listen",
+                source,
+            })?;
+    let metrics_tls = match (&cfg.metrics_tls, cfg.metrics_listen) {
+        (Some(t), Some(_)) => Some(http::tls_config(t)?),
+        (None, Some(a)) if !a.ip().is_loopback() => {
+            return Err(StartError::MetricsPlaintextNotLoopback(a))
+        }
+        _ => None,
+    };
     let metrics_l = match cfg.metrics_listen {
         Some(a) => Some(bind("metrics", "--metrics-listen", a).await?),
+        None => None,
+    };
+    let health_l = match cfg.health_listen {
+        Some(a) => Some(bind("health", "--health-listen", a).await?),
         None => None,
     };
     let metrics = Arc::new(Metrics::default());
@@ -318,6 +395,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             audit_interval: cfg.audit_interval,
             shim_grace: cfg.shim_grace,
             leadership: leadership.clone(),
+            egress_dns_names_per_namespace: cfg.egress_dns.limits.names_per_namespace,
             ..CoreConfig::default()
         },
         metrics.clone(),
@@ -329,6 +407,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             text.clone(),
         ));
     }
+    if !skipped.is_empty() {
+        tracing::error!(
+            records = skipped.len(),
+            "stored records that do not fit the model were left out (each is logged above; the metric flowmesh_stored_records_refused counts them)"
+        );
+    }
+    core.read(move |c| c.set_refused(skipped)).await?;
     let grpc_addr = grpc.local_addr().map_err(|source| StartError::Listen {
         what: "gRPC",
         addr: cfg.grpc_listen,
@@ -337,6 +422,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     })?;
     let openflow_addr = of.local_addr();
     let metrics_addr = metrics_l.as_ref().and_then(|l| l.local_addr().ok());
+    let health_addr = health_l.as_ref().and_then(|l| l.local_addr().ok());
+    let metrics_over_tls = metrics_tls.is_some();
     let core_for_of = core.clone();
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -346,13 +433,32 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             core.clone(),
             grpc,
             (grpc_server, grpc_enforce),
+            NodeTrust {
+                kube: kube_store.clone(),
+                preregistered_only: cfg.nodes_preregistered,
+            },
             stopped(stop_rx.clone()),
         )),
     )];
     if let Some(l) = metrics_l {
         servers.push((
             "metrics",
-            tokio::spawn(serve_metrics(core.clone(), l, stopped(stop_rx.clone()))),
+            tokio::spawn(http::serve_metrics(
+                core.clone(),
+                l,
+                metrics_tls,
+                stopped(stop_rx.clone()),
+            )),
+        ));
+    }
+    if let Some(l) = health_l {
+        servers.push((
+            "health",
+            tokio::spawn(http::serve_health(
+                core.clone(),
+                l,
+                stopped(stop_rx.clone()),
+            )),
         ));
     }
     let replica_id = cfg.replica_id.clone().unwrap_or_else(|| {
@@ -404,11 +510,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
                 stop_rx.clone(),
             )),
         ));
-        tokio::spawn(crate::api::kube_sync::forward_refusals(
-            core.clone(),
-            crate::api::kube_sync::Events::new(ks.client(), replica_id.clone()),
-            leadership.clone(),
-        ));
     }
     if let Some(es) = &etcd_store {
         let id = replica_id.clone();
@@ -442,15 +543,56 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         let _listener = of;
         crate::switches::forward_events(core_for_of, of_events).await;
     });
-    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, "flowmesh-controller running");
+    tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, metrics_tls = metrics_over_tls, ?health_addr, "flowmesh-controller running");
     Ok(Running {
         core,
         grpc_addr,
         openflow_addr,
         metrics_addr,
+        metrics_tls: metrics_over_tls,
+        health_addr,
         stop,
         servers,
     })
+}
+
+/// The OpenFlow listener's TLS: a switch must present a certificate of `--openflow-ca` that
+/// names a node (`CN=system:node:NAME, O=system:nodes`), or its handshake is refused. None:
+/// plaintext, refused on an address that is not loopback unless `--openflow-insecure`.
+fn openflow_tls_config(
+    cfg: &ServerConfig,
+) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
+    let Some((cert, key, ca)) = &cfg.openflow_tls else {
+        let addr = cfg.openflow_listen;
+        if !addr.ip().is_loopback() {
+            if !cfg.openflow_insecure {
+                return Err(StartError::OpenFlowPlaintextNotLoopback(addr));
+            }
+            tracing::warn!(
+                %addr,
+                "OpenFlow in plaintext on a non-loopback address (--openflow-insecure): any host that reaches it can claim a node's datapath id and receive its flow table (use --openflow-tls-cert/--openflow-tls-key/--openflow-ca)"
+            );
+        }
+        return Ok(None);
+    };
+    let pem = ofproto::session::TlsPem::from_files(cert, key, ca)?;
+    let names_a_node: ofproto::session::ClientCheck = Arc::new(|der: &[u8]| {
+        match crate::identity::switch_node_of(der) {
+            Some(_) => Ok(()),
+            None => {
+                let who = crate::identity::identity_of(der)
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|e| e);
+                Err(format!(
+                    "the switch certificate names no node ({who}); a switch must present its node's certificate (CN=system:node:NAME, O=system:nodes)"
+                ))
+            }
+        }
+    });
+    Ok(Some(ofproto::session::server_config_checked(
+        &pem,
+        Some(names_a_node),
+    )?))
 }
 
 /// The gRPC listener's TLS, or None for plaintext on loopback (logged); plaintext elsewhere
@@ -513,6 +655,7 @@ async fn serve_grpc(
     core: CoreHandle,
     listener: tokio::net::TcpListener,
     (builder, enforce): (tonic::transport::Server, bool),
+    trust: NodeTrust,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -552,7 +695,7 @@ async fn serve_grpc(
             AdminService::new(core.clone()),
         ))
         .add_service(proto::node::node_api_server::NodeApiServer::new(
-            NodeGuard::new(core),
+            NodeGuard::new(core, trust),
         ));
     let router = match (reflection_v1, reflection_v1alpha) {
         (Ok(v1), Ok(v1alpha)) => router.add_service(v1).add_service(v1alpha),
@@ -563,65 +706,5 @@ async fn serve_grpc(
     };
     if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server stopped");
-    }
-}
-
-async fn serve_metrics(
-    core: CoreHandle,
-    listener: tokio::net::TcpListener,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    use axum::routing::get;
-    let c1 = core.clone();
-    let c2 = core.clone();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let core = c1.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        core.metrics.render(&statuses),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let core = c2.clone();
-                async move {
-                    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-                    let waiting: Vec<String> = statuses
-                        .iter()
-                        .filter(|s| !s.unknown)
-                        .filter(|s| {
-                            !(s.connected.load(Ordering::Relaxed)
-                                && s.synced.load(Ordering::Relaxed))
-                        })
-                        .map(|s| s.node.clone())
-                        .collect();
-                    if waiting.is_empty() {
-                        (axum::http::StatusCode::OK, "ready\n".to_string())
-                    } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: switches not in sync: {}\n", waiting.join(", ")),
-                        )
-                    }
-                }
-            }),
-        );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "metrics server stopped");
     }
 }

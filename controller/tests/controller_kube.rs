@@ -60,10 +60,12 @@ fn namespace_obj(name: &str) -> Value {
            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}})
 }
 
-fn pod_obj(ns: &str, name: &str, labels: Value) -> Value {
+/// A Pod the scheduler bound to `node`.
+fn pod_obj(ns: &str, name: &str, node: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": ns, "labels": labels},
-           "spec": {"containers": [{"name": "c", "image": "registry.example/app",
+           "spec": {"nodeName": node,
+                    "containers": [{"name": "c", "image": "registry.example/app",
                                     "ports": [{"name": "http", "containerPort": 8080}]}]}})
 }
 
@@ -76,7 +78,12 @@ fn seed(api: &MockApiServer) {
         api.put(node_obj(name, &node_ip(i)));
     }
     for (node, port, ns, _) in PODS {
-        api.put(pod_obj(ns, &format!("{node}-{port}"), json!({"app": ns})));
+        api.put(pod_obj(
+            ns,
+            &format!("{node}-{port}"),
+            node,
+            json!({"app": ns}),
+        ));
     }
 }
 
@@ -162,6 +169,15 @@ fn netid_in_api(api: &MockApiServer, name: &str) -> Option<u64> {
 
 fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
     o["metadata"]["annotations"][key].as_str()
+}
+
+/// A PodAttachment as the controller writes it (here written by the test, as a forger with
+/// rights to the cluster-scoped resource would).
+fn pod_attachment(ns: &str, pod: &str, uid: &Value, node: &str, ip: &str, ofport: u32) -> Value {
+    json!({"apiVersion": "flowmesh.io/v1", "kind": "PodAttachment",
+           "metadata": {"name": format!("{ns}.{pod}")},
+           "spec": {"namespace": ns, "pod": pod, "podUid": uid, "node": node,
+                    "portName": format!("veth-{pod}"), "ofport": ofport, "ip": ip}})
 }
 
 /// Put the change-network annotation `oc adm pod-network` writes on a NetNamespace.
@@ -273,19 +289,23 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     }
     assert_eq!(netid_in_api(&api, "default"), Some(0));
 
-    // Pods attached by their shims get their annotation; the bridges get their flows.
+    // Pods attached by their shims get their PodAttachment; the bridges get their flows.
     wait_synced(&mut admin, &NODE_NAMES).await;
     attach_pods(&mut admin).await;
     let p = api.get("pods", Some("ns1"), "node-a-p1").expect("pod");
-    let att: Value = serde_json::from_str(
-        annotation(&p, "flowmesh.io/attachment").expect("attachment annotation"),
-    )
-    .expect("json");
-    assert_eq!(att["node"], "node-a");
+    let att = api
+        .get("podattachments", None, "ns1.node-a-p1")
+        .expect("PodAttachment ns1.node-a-p1");
+    assert_eq!(att["spec"]["node"], "node-a", "{att}");
+    assert_eq!(att["spec"]["podUid"], p["metadata"]["uid"], "{att}");
+    assert_eq!(att["spec"]["ofport"], 3, "{att}");
     assert!(
-        att["ip"].as_str().is_some_and(|ip| ip.starts_with("10.12")),
+        att["spec"]["ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.12")),
         "{att}"
     );
+    assert!(annotation(&p, "flowmesh.io/attachment").is_none(), "{p}");
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 
     // oc adm pod-network join-projects --to=ns1 ns3; isolate-projects ns3; make-projects-global.
@@ -363,8 +383,16 @@ async fn allocations_are_written_back_and_annotations_carried_out() {
     assert!(api.get("netnamespaces", None, "nowhere").is_none());
     assert!(api.get("hostsubnets", None, "ghost").is_none());
 
-    // A Pod deleted from the API: detached, its flows gone everywhere.
+    // A Pod deleted from the API: detached, its flows gone everywhere, its PodAttachment
+    // removed by the leader.
     api.delete("pods", Some("ns1"), "node-b-p1");
+    assert!(
+        api.wait_for_async(WAIT, |a| a
+            .get("podattachments", None, "ns1.node-b-p1")
+            .is_none())
+            .await,
+        "the PodAttachment of a deleted Pod stayed"
+    );
     wait_for("node-b-p1 detached", WAIT, async || {
         let pods = admin
             .list_pods(pa::Empty {})
@@ -707,6 +735,17 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     seed(&api);
     // The Cluster Network Operator's objects, as OpenShift has them.
     cno_objects(&api, "10.128.0.0/14", "Multitenant", 4789, 1450);
+    // A PodAttachment placing node-a-p1 on another node than its Pod's: refused, and
+    // replaced (update) when node-a attaches the pod.
+    let uid = api.get("pods", Some("ns1"), "node-a-p1").expect("pod")["metadata"]["uid"].clone();
+    api.put(pod_attachment(
+        "ns1",
+        "node-a-p1",
+        &uid,
+        "node-b",
+        "10.128.2.9",
+        3,
+    ));
     let c = kube_controller(
         dir.path(),
         &api,
@@ -718,6 +757,7 @@ async fn deploy_rbac_grants_exactly_the_calls_the_controller_makes() {
     wait_synced(&mut admin, &NODE_NAMES).await;
     // Every write kind once with a conflict first: the 409 makes the controller re-read.
     for (verb, res) in [
+        ("create", "podattachments"),
         ("patch", "pods"),
         ("patch", "namespaces"),
         ("update", "netnamespaces"),
@@ -1017,4 +1057,421 @@ async fn installed_on_a_cluster_that_already_has_policies() {
             .any(|l| l.contains("table=100") && l.contains("192.0.2.0/24")),
         "{t:#?}"
     );
+}
+
+/// The legacy attachment annotation a tenant can write on its own Pod.
+fn forge_annotation(api: &MockApiServer, ns: &str, pod: &str, node: &str, ip: &str, ofport: u32) {
+    let mut p = api.get("pods", Some(ns), pod).expect("pod");
+    p["metadata"]["annotations"]["flowmesh.io/attachment"] = json!(format!(
+        r#"{{"node":"{node}","portName":"veth-forged","ofport":{ofport},"ip":"{ip}"}}"#
+    ));
+    api.put(p);
+}
+
+async fn pod_names(admin: &mut AdminClient<Channel>) -> BTreeSet<String> {
+    admin
+        .list_pods(pa::Empty {})
+        .await
+        .expect("pods")
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect()
+}
+
+/// Tenants cannot forge a pod's attachment: the Pod annotation anyone who may patch the Pod
+/// can write is ignored and reported (a Warning event, a metric), also on an attached pod; an
+/// attachment must be on the Pod's `spec.nodeName` (a PodAttachment naming another node is
+/// refused and reported; an attach on another node is refused); a stored attachment the
+/// model cannot hold is left out and reported; and the controller restarts with all of them
+/// present (it used to refuse inconsistent state at start), without a flow-mod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_bad_attachments_are_ignored_reported_and_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let mut c = kube_controller(dir.path(), &api, "c", &[]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let attached = pod_names(&mut admin).await;
+    assert_eq!(attached.len(), PODS.len(), "{attached:?}");
+    let flows: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+
+    // A tenant's own pod, scheduled on node-b and not yet plugged in, claims an address and
+    // the port OVS hands out next; and the tenant rewrites an attached pod's annotation.
+    api.put(pod_obj("ns2", "tenant", "node-b", json!({"app": "ns2"})));
+    forge_annotation(&api, "ns2", "tenant", "node-b", "10.128.2.50", 4);
+    forge_annotation(&api, "ns1", "node-a-p1", "node-a", "10.128.0.77", 9);
+    for pod in ["tenant", "node-a-p1"] {
+        wait_for_warning(&api, pod, "Refused", "flowmesh.io/attachment is ignored").await;
+    }
+    wait_for("the refusals counted", WAIT, async || {
+        metric(&c, "flowmesh_kube_objects_refused") == 2
+    })
+    .await;
+    assert_eq!(pod_names(&mut admin).await, attached);
+    let p = admin
+        .list_pods(pa::Empty {})
+        .await
+        .expect("pods")
+        .into_inner()
+        .items
+        .into_iter()
+        .find(|p| p.name == "node-a-p1")
+        .expect("node-a-p1");
+    assert_eq!(p.ofport, 3, "{p:?}");
+
+    // A PodAttachment naming another node than the Pod's spec.nodeName (as only someone
+    // with rights to flowmesh's cluster-scoped resource could write): refused, reported.
+    api.put(pod_obj("ns3", "misplaced", "node-c", json!({})));
+    let uid = api.get("pods", Some("ns3"), "misplaced").expect("pod")["metadata"]["uid"].clone();
+    api.put(pod_attachment(
+        "ns3",
+        "misplaced",
+        &uid,
+        "node-a",
+        "10.128.0.40",
+        7,
+    ));
+    wait_for_warning(&api, "ns3.misplaced", "Refused", "bound to node \"node-c\"").await;
+    // And an attach on another node than the Pod's is refused: nothing is stored.
+    api.put(pod_obj("ns1", "late", "node-b", json!({})));
+    let err = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "late".into(),
+            port_name: "veth-late".into(),
+            ofport: 8,
+            ..Default::default()
+        })
+        .await
+        .expect_err("attach on the wrong node");
+    assert!(err.message().contains("spec.nodeName"), "{err:?}");
+    assert!(api.get("podattachments", None, "ns1.late").is_none());
+
+    // A stored attachment that fits no model (an address outside its node's subnet, as a
+    // bug or a hand edit could leave): left out and reported.
+    api.put(pod_obj("ns1", "outside", "node-a", json!({})));
+    let uid = api.get("pods", Some("ns1"), "outside").expect("pod")["metadata"]["uid"].clone();
+    api.put(pod_attachment(
+        "ns1",
+        "outside",
+        &uid,
+        "node-a",
+        "10.200.0.5",
+        6,
+    ));
+    wait_for_warning(&api, "outside", "Refused", "10.200.0.5").await;
+    wait_for("the left-out record counted", WAIT, async || {
+        metric(&c, "flowmesh_stored_records_refused") == 1
+    })
+    .await;
+    assert_eq!(pod_names(&mut admin).await, attached);
+    let now: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(now, flows, "forged or bad attachments changed flows");
+
+    // A restart with all of them stored: it starts, reports them again, and sends nothing.
+    c.kill9();
+    c.spawn();
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    assert_eq!(pod_names(&mut admin).await, attached);
+    wait_for("the refusals counted after the restart", WAIT, async || {
+        metric(&c, "flowmesh_stored_records_refused") == 1
+            && metric(&c, "flowmesh_kube_objects_refused") == 3
+    })
+    .await;
+    assert!(
+        c.log_text().contains("left out"),
+        "the restart did not log the record it left out"
+    );
+    // A window after the resync in which a late flow-mod would be counted (what is tested).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metric(&c, MODS), 0, "a restart sent flow-mods");
+}
+
+/// What a version that kept attachments in Pod annotations left: each PodAttachment turned
+/// into its Pod's annotation (and the kubelet's status.podIP), no PodAttachments.
+fn as_legacy_annotations(api: &MockApiServer) {
+    for a in api.list("podattachments", None) {
+        let s = &a["spec"];
+        let ns = s["namespace"].as_str().unwrap_or_default();
+        let pod = s["pod"].as_str().unwrap_or_default();
+        let mut p = api.get("pods", Some(ns), pod).expect("pod");
+        let text = json!({"node": s["node"], "portName": s["portName"],
+                          "ofport": s["ofport"], "ip": s["ip"]});
+        p["metadata"]["annotations"]["flowmesh.io/attachment"] = json!(text.to_string());
+        p["status"]["podIP"] = s["ip"].clone();
+        api.put(p);
+        let name = a["metadata"]["name"].as_str().unwrap_or_default();
+        api.delete("podattachments", None, name);
+    }
+}
+
+/// Upgrading from the annotations: with `--import-attachment-annotations` every pod whose
+/// annotation's node and IP are what the cluster says (spec.nodeName, status.podIP) keeps its
+/// attachment across the upgrade without a flow-mod, gets a PodAttachment and loses the
+/// annotation; a tenant's annotation whose IP is not its Pod's is not imported. Without the
+/// flag the annotations are ignored: the pods are detached and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_annotations_are_imported_only_when_asked_and_confirmed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let mut c = kube_controller(dir.path(), &api, "c", &[]);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    attach_pods(&mut admin).await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let attached = pod_names(&mut admin).await;
+    let flows: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    c.kill9();
+    as_legacy_annotations(&api);
+    assert!(api.list("podattachments", None).is_empty());
+    // A tenant's pod with an annotation the kubelet's status contradicts.
+    let mut forger = pod_obj("ns2", "forger", "node-b", json!({}));
+    forger["status"]["podIP"] = json!("10.128.2.61");
+    api.put(forger);
+    forge_annotation(&api, "ns2", "forger", "node-b", "10.128.2.60", 5);
+
+    c.extra.push("--import-attachment-annotations".into());
+    c.spawn();
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.list("podattachments", None).len() == PODS.len()
+                && a.list("pods", None).iter().all(|p| {
+                    (p["metadata"]["name"] == "forger")
+                        == annotation(p, "flowmesh.io/attachment").is_some()
+                })
+        })
+        .await;
+    assert!(
+        ok,
+        "not imported: {:?} {:?}",
+        api.list("podattachments", None),
+        api.list("pods", None)
+    );
+    wait_for_warning(&api, "forger", "Refused", "status.podIP").await;
+    assert_eq!(pod_names(&mut admin).await, attached);
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let now: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(now, flows, "the import changed flows");
+    // A window after the resync in which a late flow-mod would be counted (what is tested).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metric(&c, MODS), 0, "the import sent flow-mods");
+
+    // Without the flag: the annotations are ignored and reported, the pods detached.
+    c.kill9();
+    as_legacy_annotations(&api);
+    c.extra.pop();
+    c.spawn();
+    let mut admin = c.admin().await;
+    wait_for_warning(
+        &api,
+        "node-a-p1",
+        "Refused",
+        "flowmesh.io/attachment is ignored",
+    )
+    .await;
+    assert!(pod_names(&mut admin).await.is_empty());
+    assert!(api.list("podattachments", None).is_empty());
+}
+
+fn register(name: &str, ip: &str, dpid: u64) -> proto::node::RegisterNodeRequest {
+    proto::node::RegisterNodeRequest {
+        name: name.into(),
+        node_ip: ip.into(),
+        dpid,
+    }
+}
+
+fn attach(
+    node: &str,
+    ns: &str,
+    pod: &str,
+    port: &str,
+    ofport: u32,
+) -> proto::node::AttachPodRequest {
+    proto::node::AttachPodRequest {
+        node: node.into(),
+        namespace: ns.into(),
+        name: pod.into(),
+        port_name: flowmesh_tests::OvsSandbox::port_name(node, port),
+        ofport,
+        ..Default::default()
+    }
+}
+
+/// Asserts that `r` was refused for permission, with `why` in its message.
+fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, why: &str) {
+    let e = r.expect_err(&format!("expected a refusal ({why})"));
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().contains(why),
+        "{why:?} not in {:?}",
+        e.message()
+    );
+}
+
+/// NodeRestriction with the Kubernetes datastore, through real mTLS node certificates
+/// (`flowmeshctl certs lab`): a node registers only with its Node's InternalIP and its
+/// pinned datapath id (its address as a number, or what an admin set), attaches only Pods
+/// bound to it (`spec.nodeName`), asserts no labels, and detaches no other node's pod; a Pod
+/// the watch has not brought yet is looked up on the API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_certificates_act_only_as_their_node_and_for_pods_bound_to_it() {
+    use proto::node::node_api_client::NodeApiClient;
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let pki = support::lab_pki(&dir.path().join("pki"), &NODE_NAMES);
+    let tls = support::grpc_tls_args(&pki);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let c = kube_controller(dir.path(), &api, "c", &tls);
+    let sbx = sandbox(&c, &NODES);
+    let mut admin = AdminClient::new(support::tls_channel(c.grpc, &pki, "admin-admin").await);
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    let node = async |n: &str| {
+        NodeApiClient::new(support::tls_channel(c.grpc, &pki, &format!("node-{n}")).await)
+    };
+    let (mut a, mut b, mut cc) = (
+        node("node-a").await,
+        node("node-b").await,
+        node("node-c").await,
+    );
+
+    // Registration: its own Node's InternalIP and the pinned datapath id only.
+    a.register_node(register("node-a", "172.31.0.1", 0xac1f_0001))
+        .await
+        .expect("node-a registers as its Node says");
+    denied(
+        a.register_node(register("node-a", "172.31.0.2", 0xac1f_0002))
+            .await,
+        "InternalIP is 172.31.0.1",
+    );
+    denied(
+        a.register_node(register("node-a", "172.31.0.9", 0xac1f_0001))
+            .await,
+        "InternalIP is 172.31.0.1",
+    );
+    denied(
+        a.register_node(register("node-a", "172.31.0.1", 0xac1f_0002))
+            .await,
+        "pinned to 0x00000000ac1f0001",
+    );
+    denied(
+        a.register_node(register("node-b", "172.31.0.2", 0xac1f_0002))
+            .await,
+        "register node \"node-b\"",
+    );
+    // An admin sets node-c's datapath id: that is the pinned one from then on.
+    admin
+        .add_node(pa::AddNodeRequest {
+            name: "node-c".into(),
+            node_ip: "172.31.0.3".into(),
+            dpid: 0xc0ffee,
+        })
+        .await
+        .expect("admin sets node-c's datapath id");
+    denied(
+        cc.register_node(register("node-c", "172.31.0.3", 0xac1f_0003))
+            .await,
+        "pinned to 0x0000000000c0ffee",
+    );
+    cc.register_node(register("node-c", "172.31.0.3", 0xc0ffee))
+        .await
+        .expect("node-c registers with the admin's datapath id");
+    let hosts = admin
+        .list_host_subnets(pa::Empty {})
+        .await
+        .expect("hostsubnets")
+        .into_inner()
+        .items;
+    let of = |n: &str| {
+        hosts
+            .iter()
+            .find(|h| h.node == n)
+            .map(|h| (h.node_ip.clone(), h.dpid))
+    };
+    assert_eq!(of("node-a"), Some(("172.31.0.1".into(), 0xac1f_0001)));
+    assert_eq!(of("node-b"), Some(("172.31.0.2".into(), 0xac1f_0002)));
+
+    // Pods: only those bound to the caller, without asserted labels.
+    a.attach_pod(attach("node-a", "ns1", "node-a-p1", "p1", 3))
+        .await
+        .expect("node-a attaches its own pod");
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "node-b-p1", "p2", 4))
+            .await,
+        "bound to node node-b",
+    );
+    api.put(json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "pending", "namespace": "ns1"}, "spec": {}}));
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "pending", "p2", 4))
+            .await,
+        "bound to no node",
+    );
+    denied(
+        a.attach_pod(attach("node-a", "ns1", "nowhere", "p2", 4))
+            .await,
+        "no such Pod",
+    );
+    let mut labelled = attach("node-a", "ns2", "node-a-p2", "p2", 4);
+    labelled.labels = [("role".to_string(), "db".to_string())].into();
+    denied(a.attach_pod(labelled).await, "labels");
+    // node-b's pod, attached by node-b, cannot be detached by node-a.
+    b.attach_pod(attach("node-b", "ns1", "node-b-p1", "p1", 3))
+        .await
+        .expect("node-b attaches its own pod");
+    denied(
+        a.detach_pod(proto::node::DetachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "node-b-p1".into(),
+        })
+        .await,
+        "it runs on node node-b",
+    );
+    // A Pod bound to node-a that the watch may not have brought yet: attached all the same.
+    api.put(pod_obj("ns2", "fresh", "node-a", json!({"app": "ns2"})));
+    a.attach_pod(attach("node-a", "ns2", "fresh", "p2", 4))
+        .await
+        .expect("node-a attaches a Pod just bound to it");
+
+    let names = pod_names(&mut admin).await;
+    let want: BTreeSet<String> = ["ns1/node-a-p1", "ns1/node-b-p1", "ns2/fresh"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(names, want);
+    let mut attachments: Vec<String> = api
+        .list("podattachments", None)
+        .iter()
+        .filter_map(|a| a["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    attachments.sort();
+    assert_eq!(attachments, ["ns1.node-a-p1", "ns1.node-b-p1", "ns2.fresh"]);
+    bridges_match(&sbx, &mut admin, &["node-a", "node-b"]).await;
 }

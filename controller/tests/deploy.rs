@@ -65,6 +65,26 @@ fn checked_in_crds_equal_the_generated_ones() {
     assert_eq!(crds[0].spec.scope, "Cluster");
 }
 
+#[test]
+fn checked_in_flowmesh_crds_equal_the_generated_ones() {
+    let want = kinds::flowmesh::crds_yaml().expect("CRDs serialize");
+    let path = deploy_dir().join("kubernetes/05-crds.yaml");
+    if std::env::var_os("FLOWMESH_BLESS").is_some() {
+        std::fs::write(&path, &want).expect("write deploy/kubernetes/05-crds.yaml");
+    }
+    let have = std::fs::read_to_string(&path).expect("read deploy/kubernetes/05-crds.yaml");
+    assert!(
+        have == want,
+        "deploy/kubernetes/05-crds.yaml differs from what the types generate; regenerate it with \
+         FLOWMESH_BLESS=1 cargo test -p controller --test deploy"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+        .arg("--print-flowmesh-crds")
+        .output()
+        .expect("run flowmesh-controller --print-flowmesh-crds");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
 /// Deserializes `doc` as `T`, failing on any field `T` does not know.
 fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, String> {
     let mut unknown = Vec::new();
@@ -157,7 +177,8 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
     ] {
         assert!(kinds.contains_key(k), "deploy/ has no {k}: {kinds:?}");
     }
-    assert_eq!(kinds["CustomResourceDefinition"], 4, "{kinds:?}");
+    // network.openshift.io's four (deploy/crds.yaml) and flowmesh.io's PodAttachment.
+    assert_eq!(kinds["CustomResourceDefinition"], 5, "{kinds:?}");
 }
 
 /// The shipped workloads run the binaries with flags they accept, and mount what they name.
@@ -235,6 +256,71 @@ fn deploy_workloads_run_real_flags() {
             assert!(
                 help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
                 "{bin} has no flag {flag} (deploy/kubernetes args {a:?})"
+            );
+        }
+    }
+}
+
+/// The controller's probes reach its loopback health listener (host network: the kubelet
+/// probes from the host), and its metrics, on a non-loopback address, need client
+/// certificates from the mounted TLS Secret.
+#[test]
+fn probes_use_the_health_listener_and_metrics_need_client_certificates() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use std::net::SocketAddr;
+    let text = std::fs::read_to_string(deploy_dir().join("kubernetes/30-controller.yaml"))
+        .expect("read 30-controller.yaml");
+    let d: Deployment = serde_yaml::from_str(&text).expect("Deployment");
+    let spec = d.spec.template.spec.expect("pod spec");
+    assert_eq!(spec.host_network, Some(true));
+    let c = &spec.containers[0];
+    let args = c.args.clone().unwrap_or_default();
+    let flag = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("{name}=")).map(str::to_string))
+    };
+    let health: SocketAddr = flag("--health-listen")
+        .expect("--health-listen")
+        .parse()
+        .expect("health address");
+    assert!(health.ip().is_loopback(), "{health}");
+    for (probe, path) in [
+        (c.liveness_probe.as_ref(), "/healthz"),
+        (c.readiness_probe.as_ref(), "/readyz"),
+    ] {
+        let get = probe
+            .and_then(|p| p.http_get.as_ref())
+            .unwrap_or_else(|| panic!("no httpGet probe for {path}"));
+        assert_eq!(get.host.as_deref(), Some("127.0.0.1"), "{path}");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.port,
+            IntOrString::Int(i32::from(health.port())),
+            "{path}"
+        );
+    }
+    let metrics: SocketAddr = flag("--metrics-listen")
+        .expect("--metrics-listen")
+        .parse()
+        .expect("metrics address");
+    assert_ne!(metrics.port(), health.port());
+    if !metrics.ip().is_loopback() {
+        let mounts: Vec<String> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.clone())
+            .collect();
+        for f in [
+            "--metrics-tls-cert",
+            "--metrics-tls-key",
+            "--metrics-client-ca",
+        ] {
+            let path = flag(f).unwrap_or_else(|| panic!("metrics off loopback without {f}"));
+            assert!(
+                mounts.iter().any(|m| path.starts_with(&format!("{m}/"))),
+                "{f}={path} is in no mounted volume ({mounts:?})"
             );
         }
     }

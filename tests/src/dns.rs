@@ -1,6 +1,8 @@
 //! A small authoritative DNS server for tests: UDP, A records only, answers encoded with
-//! hickory-proto, records (and the server's silence) changed while it runs. It serves on a
-//! background thread, optionally inside a network namespace, until dropped.
+//! hickory-proto, records (and the server's silence) changed while it runs, and names that are
+//! answered late (each late answer waits on a thread of its own, so it holds up no other
+//! answer). It serves on a background thread, optionally inside a network namespace, until
+//! dropped.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -19,8 +21,12 @@ use crate::error::{HarnessError, Result};
 #[derive(Debug, Default)]
 struct Zone {
     records: HashMap<String, (Vec<Ipv4Addr>, u32)>,
+    /// Names answered only after this long.
+    delays: HashMap<String, Duration>,
     silent: bool,
     queries: u64,
+    /// Queries per name.
+    asked: HashMap<String, u64>,
 }
 
 /// The running server; stops when dropped.
@@ -74,6 +80,25 @@ impl DnsServer {
             .insert(name.to_lowercase(), (addrs.to_vec(), ttl));
     }
 
+    /// Answers queries for `name` only after `delay` (zero: at once again).
+    pub fn set_delay(&self, name: &str, delay: Duration) {
+        let mut z = self.zone();
+        if delay.is_zero() {
+            z.delays.remove(&name.to_lowercase());
+        } else {
+            z.delays.insert(name.to_lowercase(), delay);
+        }
+    }
+
+    /// Queries received for `name` so far.
+    pub fn queries_for(&self, name: &str) -> u64 {
+        self.zone()
+            .asked
+            .get(&name.to_lowercase())
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Makes the server drop every query (`true`) or answer again (`false`).
     pub fn set_silent(&self, silent: bool) {
         self.zone().silent = silent;
@@ -113,15 +138,25 @@ fn serve(sock: &UdpSocket, zone: &Mutex<Zone>, stop: &AtomicBool) {
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
             continue;
         };
-        let Some(bytes) = buf.get(..n).and_then(|q| answer(q, zone)) else {
+        let Some((bytes, delay)) = buf.get(..n).and_then(|q| answer(q, zone)) else {
             continue;
         };
-        let _ = sock.send_to(&bytes, from);
+        if delay.is_zero() {
+            let _ = sock.send_to(&bytes, from);
+        } else if let Ok(late) = sock.try_clone() {
+            let _ = std::thread::Builder::new()
+                .name("dns-late-answer".into())
+                .spawn(move || {
+                    std::thread::sleep(delay);
+                    let _ = late.send_to(&bytes, from);
+                });
+        }
     }
 }
 
-/// The encoded answer to query `q`, or `None` (undecodable query, or the server is silent).
-fn answer(q: &[u8], zone: &Mutex<Zone>) -> Option<Vec<u8>> {
+/// The encoded answer to query `q` and how long to hold it back, or `None` (undecodable
+/// query, or the server is silent).
+fn answer(q: &[u8], zone: &Mutex<Zone>) -> Option<(Vec<u8>, Duration)> {
     let q = Message::from_vec(q).ok()?;
     let mut z = zone.lock().unwrap_or_else(PoisonError::into_inner);
     z.queries += 1;
@@ -135,9 +170,12 @@ fn answer(q: &[u8], zone: &Mutex<Zone>) -> Option<Vec<u8>> {
         .set_authoritative(true)
         .set_recursion_desired(q.recursion_desired());
     let mut code = ResponseCode::NoError;
+    let mut delay = Duration::ZERO;
     for query in q.queries() {
         r.add_query(query.clone());
         let name = query.name().to_ascii().trim_end_matches('.').to_lowercase();
+        *z.asked.entry(name.clone()).or_default() += 1;
+        delay = delay.max(z.delays.get(&name).copied().unwrap_or_default());
         match z.records.get(&name) {
             Some((addrs, ttl)) if query.query_type() == RecordType::A => {
                 for a in addrs {
@@ -153,5 +191,5 @@ fn answer(q: &[u8], zone: &Mutex<Zone>) -> Option<Vec<u8>> {
         }
     }
     r.set_response_code(code);
-    r.to_vec().ok()
+    r.to_vec().ok().map(|b| (b, delay))
 }

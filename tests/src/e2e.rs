@@ -247,6 +247,10 @@ impl LabController {
             ("--openflow-tls-cert", "controller.pem"),
             ("--openflow-tls-key", "controller-key.pem"),
             ("--openflow-ca", "ca.pem"),
+            // Metrics on the lab address: TLS with client certificates, as in production.
+            ("--metrics-tls-cert", "controller.pem"),
+            ("--metrics-tls-key", "controller-key.pem"),
+            ("--metrics-client-ca", "ca.pem"),
         ] {
             args.extend([flag.to_string(), pem(file)]);
         }

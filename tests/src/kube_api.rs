@@ -140,6 +140,13 @@ pub const CONTROLLER_RESOURCES: &[ResourceDef] = &[
         "EgressNetworkPolicy",
         true,
     ),
+    ResourceDef::new(
+        "flowmesh.io",
+        "v1",
+        "podattachments",
+        "PodAttachment",
+        false,
+    ),
     ResourceDef::new("coordination.k8s.io", "v1", "leases", "Lease", true),
     ResourceDef::new("config.openshift.io", "v1", "networks", "Network", false),
     ResourceDef::new("operator.openshift.io", "v1", "networks", "Network", false),

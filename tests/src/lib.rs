@@ -18,6 +18,7 @@ pub mod e2e;
 pub mod egress;
 pub mod error;
 pub mod etcd;
+pub mod hostile;
 pub mod kube_api;
 pub mod netns;
 pub mod of_listener;

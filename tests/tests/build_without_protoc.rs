@@ -25,10 +25,24 @@ fn cargo() -> Command {
     c
 }
 
+/// The host's target triple, as rustc names it.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let out = Command::new(rustc).arg("-vV").output().expect("rustc -vV");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
 #[test]
 fn only_protox_crates_generate_code_from_protobuf() {
+    // Only this platform's packages: a fresh CARGO_HOME has downloaded no Windows crates, and
+    // --offline must not need them.
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host_triple()])
         .output()
         .expect("cargo metadata");
     assert!(

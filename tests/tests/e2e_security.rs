@@ -1,9 +1,11 @@
 //! The authenticated control plane, end to end on the real controller, shims and switches of a
 //! 3-node lab (TLS everywhere, certificates from `flowmeshctl certs lab`):
-//! * a node certificate may register only its own node and attach/detach pods only on it;
+//! * a node certificate may register only its own node, with the address it first registered
+//!   with, and attach/detach pods only on it;
 //! * a read-only admin certificate reads but changes nothing;
 //! * no certificate, a foreign CA's certificate and an expired certificate are refused;
-//! * a switch presenting another node's certificate gets only the default drop;
+//! * a switch presenting another node's certificate gets only the default drop; one whose
+//!   certificate names no node is refused at the TLS handshake;
 //! * plaintext gRPC on a non-loopback address is refused at start.
 
 use std::path::{Path, PathBuf};
@@ -75,6 +77,8 @@ fn node_certificates_are_restricted_to_their_node() {
     let before = pods_json(&c);
     let url = format!("https://{}", c.ctl.grpc);
     let pki = c.ctl.pki.clone();
+    // node2's shim registered with these; the first registration pinned them.
+    let node2_ip = c.lab.underlay_ip(2).to_string();
     let codes = in_controller_ns(&c, move || {
         rt().block_on(async move {
             let ca = pem(&pki, "ca.pem");
@@ -156,11 +160,22 @@ fn node_certificates_are_restricted_to_their_node() {
                     .map(|_| ())
                     .map_err(|s| s.code()),
             );
-            // Its own node: allowed (re-registration is idempotent).
+            // Its own node with another address than it registered with: pinned.
+            codes.push(
+                node.register_node(proto::node::RegisterNodeRequest {
+                    name: "node2".into(),
+                    node_ip: "172.31.200.2".into(),
+                    dpid: 2,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code()),
+            );
+            // Its own node as registered: allowed (re-registration is idempotent).
             let own = node
                 .register_node(proto::node::RegisterNodeRequest {
                     name: "node2".into(),
-                    node_ip: "172.31.2.1".into(),
+                    node_ip: node2_ip,
                     dpid: 2,
                 })
                 .await
@@ -170,16 +185,11 @@ fn node_certificates_are_restricted_to_their_node() {
         })
     });
     let (codes, own) = codes;
-    assert_eq!(codes.len(), 7);
+    assert_eq!(codes.len(), 8);
     for (i, code) in codes.iter().enumerate() {
         assert_eq!(*code, Err(Code::PermissionDenied), "call #{i}");
     }
-    // node2's own re-registration is allowed; its lab address may differ from the one sent,
-    // so only a refusal for permission would be wrong.
-    match own {
-        Ok(n) => assert_eq!(n, "node2"),
-        Err(e) => assert!(!e.contains("PermissionDenied"), "{e}"),
-    }
+    assert_eq!(own, Ok("node2".to_string()));
     assert_eq!(pods_json(&c), before, "nothing changed");
 }
 
@@ -348,9 +358,51 @@ fn a_switch_presenting_another_nodes_certificate_gets_only_the_default_drop() {
     };
     let n_before = flows(&c).len();
     assert!(n_before > 10, "node3 is programmed: {n_before} flows");
-    // node3's switch now presents node1's certificate (a stolen or misissued identity).
     let pki: PathBuf = c.ctl.pki.clone();
     let f = |s: &str| pki.join(s).display().to_string();
+    let target = c.ctl.openflow_target();
+    // node3's switch presents a certificate of the cluster CA that names no node (an admin's):
+    // refused at the TLS handshake, so it never counts as any datapath.
+    node3
+        .ovs()
+        .vsctl([
+            "set-ssl",
+            &f("admin-admin-key.pem"),
+            &f("admin-admin.pem"),
+            &f("ca.pem"),
+        ])
+        .expect("set-ssl");
+    node3
+        .ovs()
+        .vsctl(["del-controller", &br])
+        .expect("del-controller");
+    node3
+        .ovs()
+        .vsctl(["set-controller", &br, &target])
+        .expect("set-controller");
+    let t0 = Instant::now();
+    while !c.ctl.log_tail(400).contains("names no node") {
+        if t0.elapsed() > Duration::from_secs(30) {
+            c.fail("a switch certificate naming no node was not refused at the handshake");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sw = c.ctl(&["get", "switches", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(sw.trim()).expect("json");
+    assert!(
+        !v.as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["dpid"] == "0x0000000000000003" && s["connected"] == true),
+        "the refused switch is no connected datapath: {sw}"
+    );
+    // Not even the unknown datapath's treatment (its flows reset to the default drop).
+    let now = flows(&c);
+    assert!(
+        !(now.len() == 1 && now[0].contains("actions=drop")),
+        "the refused switch was programmed: {now:?}"
+    );
+    // node3's switch now presents node1's certificate (a stolen or misissued identity).
     node3
         .ovs()
         .vsctl([
@@ -360,7 +412,6 @@ fn a_switch_presenting_another_nodes_certificate_gets_only_the_default_drop() {
             &f("ca.pem"),
         ])
         .expect("set-ssl");
-    let target = c.ctl.openflow_target();
     node3
         .ovs()
         .vsctl(["del-controller", &br])

@@ -126,3 +126,56 @@ fn tls_with_mutual_auth_accepts_our_ca_and_refuses_another() {
         other => panic!("expected a TLS refusal, got {other}"),
     }
 }
+
+#[test]
+fn a_check_refuses_a_certificate_of_our_ca_at_the_handshake() {
+    let rt = runtime();
+    let ours = ca("flowmesh test CA");
+    let (ctl_cert, ctl_key) = leaf(&ours, "flowmesh controller");
+    // The controller's check requires a node's subject; here: the CN must name one.
+    let check: ofproto::session::ClientCheck = std::sync::Arc::new(|der: &[u8]| {
+        if der.windows(12).any(|w| w == b"system:node:") {
+            Ok(())
+        } else {
+            Err("the switch certificate names no node".into())
+        }
+    });
+    let tls = ofproto::session::server_config_checked(
+        &TlsPem {
+            cert_chain: ctl_cert.into_bytes(),
+            key: ctl_key.into_bytes(),
+            client_ca: ours.cert.pem().into_bytes(),
+        },
+        Some(check),
+    )
+    .expect("server config");
+    let (listener, mut events) = rt
+        .block_on(Listener::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some(tls),
+            SessionConfig::default(),
+        ))
+        .expect("bind");
+    let nobody = leaf(&ours, "an admin, not a node");
+    let _nobody_sbx = ssl_switch(0x61, &nobody, &ours, &listener.target());
+    let cause = wait_for(&rt, &mut events, Duration::from_secs(20), |ev| match ev {
+        SessionEvent::Ready { .. } => panic!("a certificate naming no node became ready"),
+        SessionEvent::Disconnected {
+            dpid: None, cause, ..
+        } => Some(cause),
+        _ => None,
+    })
+    .expect("refused at the handshake");
+    match cause {
+        DisconnectCause::Tls(text) => assert!(text.contains("names no node"), "{text}"),
+        other => panic!("expected a TLS refusal, got {other}"),
+    }
+    let node = leaf(&ours, "system:node:n1");
+    let _node_sbx = ssl_switch(0x62, &node, &ours, &listener.target());
+    let info = wait_for(&rt, &mut events, Duration::from_secs(20), |ev| match ev {
+        SessionEvent::Ready { info, .. } => Some(info),
+        _ => None,
+    })
+    .expect("the node's switch is accepted");
+    assert_eq!(info.dpid, 0x62);
+}

@@ -1,6 +1,6 @@
 //! Who is calling, and what they may do: client-certificate identities of the gRPC APIs and of
-//! switches, the per-service/per-method authorization layer, and the node API guard that keeps
-//! a node to its own objects (as Kubernetes' NodeRestriction does).
+//! switches, and the per-service/per-method authorization layer. What a node may assert within
+//! the node API is `node_guard.rs`.
 //!
 //! Identities come from the subject of the verified client certificate (docs/security.md):
 //!
@@ -15,12 +15,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use proto::node::node_api_server::NodeApi;
-use proto::node::{self as pn};
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
-use crate::api::grpc::NodeService;
-use crate::core::CoreHandle;
 pub use crate::identity::{identity_of, switch_node_of, Identity};
 pub use proto::identity::{ADMIN_GROUP, NODES_GROUP, NODE_CN_PREFIX, READ_ONLY_GROUP};
 
@@ -156,157 +152,6 @@ where
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }
-    }
-}
-
-/// The node a request's caller is, when it came through [`Authz`] (None: plaintext loopback).
-fn node_caller<T>(r: &Request<T>) -> Result<Option<String>, Status> {
-    match r.extensions().get::<Caller>() {
-        None => Ok(None),
-        Some(Caller(Identity::Node(n))) => Ok(Some(n.clone())),
-        Some(Caller(other)) => Err(Status::permission_denied(format!(
-            "{other} may not use the node API"
-        ))),
-    }
-}
-
-fn not_yours(caller: &str, what: String) -> Status {
-    Status::permission_denied(format!("node {caller} may not {what}"))
-}
-
-/// The node API with NodeRestriction: a node certificate registers only its own node and
-/// attaches and detaches pods only on that node.
-#[derive(Clone)]
-pub struct NodeGuard {
-    inner: NodeService,
-    core: CoreHandle,
-}
-
-impl NodeGuard {
-    /// The guarded node API over the core.
-    pub fn new(core: CoreHandle) -> Self {
-        NodeGuard {
-            inner: NodeService::new(core.clone()),
-            core,
-        }
-    }
-
-    /// Refuse when the pod `namespace/name` exists on a node other than `caller`.
-    async fn pod_elsewhere(&self, caller: &str, namespace: &str, name: &str) -> Result<(), Status> {
-        let (ns, n) = (namespace.to_string(), name.to_string());
-        let on = self
-            .core
-            .read(move |c| c.model.pod(&ns, &n).map(|p| p.node.clone()))
-            .await?;
-        match on {
-            Some(node) if node != caller => Err(not_yours(
-                caller,
-                format!("touch pod {namespace}/{name}: it runs on node {node}"),
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl NodeApi for NodeGuard {
-    async fn register_node(
-        &self,
-        r: Request<pn::RegisterNodeRequest>,
-    ) -> Result<Response<pn::NodeConfig>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            if r.get_ref().name != me {
-                return Err(not_yours(
-                    &me,
-                    format!("register node {:?}", r.get_ref().name),
-                ));
-            }
-        }
-        self.inner.register_node(r).await
-    }
-
-    async fn attach_pod(
-        &self,
-        r: Request<pn::AttachPodRequest>,
-    ) -> Result<Response<pn::PodNetwork>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            let q = r.get_ref();
-            if q.node != me {
-                return Err(not_yours(
-                    &me,
-                    format!("attach pod {}/{} on node {:?}", q.namespace, q.name, q.node),
-                ));
-            }
-            self.pod_elsewhere(&me, &q.namespace, &q.name).await?;
-        }
-        self.inner.attach_pod(r).await
-    }
-
-    async fn detach_pod(
-        &self,
-        r: Request<pn::DetachPodRequest>,
-    ) -> Result<Response<pn::DetachPodReply>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            let q = r.get_ref();
-            if q.node != me {
-                return Err(not_yours(
-                    &me,
-                    format!("detach pod {}/{} on node {:?}", q.namespace, q.name, q.node),
-                ));
-            }
-            self.pod_elsewhere(&me, &q.namespace, &q.name).await?;
-        }
-        self.inner.detach_pod(r).await
-    }
-
-    type WatchEgressStream = crate::api::egress_watch::AssignmentStream;
-
-    async fn watch_egress(
-        &self,
-        r: Request<pn::WatchEgressRequest>,
-    ) -> Result<Response<Self::WatchEgressStream>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            if r.get_ref().node != me {
-                return Err(not_yours(
-                    &me,
-                    format!("watch the egress IPs of node {:?}", r.get_ref().node),
-                ));
-            }
-        }
-        self.inner.watch_egress(r).await
-    }
-
-    type WatchAuditStream = crate::api::audit_watch::SettingsStream;
-
-    async fn watch_audit(
-        &self,
-        r: Request<pn::WatchAuditRequest>,
-    ) -> Result<Response<Self::WatchAuditStream>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            if r.get_ref().node != me {
-                return Err(not_yours(
-                    &me,
-                    format!("watch the audit settings of node {:?}", r.get_ref().node),
-                ));
-            }
-        }
-        self.inner.watch_audit(r).await
-    }
-
-    /// Any node may learn which pods are behind the addresses its audit lines name.
-    async fn lookup_pods(
-        &self,
-        r: Request<pn::LookupPodsRequest>,
-    ) -> Result<Response<pn::LookupPodsReply>, Status> {
-        if let Some(me) = node_caller(&r)? {
-            if r.get_ref().node != me {
-                return Err(not_yours(
-                    &me,
-                    format!("look pods up as node {:?}", r.get_ref().node),
-                ));
-            }
-        }
-        self.inner.lookup_pods(r).await
     }
 }
 

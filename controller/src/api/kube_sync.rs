@@ -2,13 +2,15 @@
 //! `--datastore kubernetes`): a HostSubnet (subnet) for every Node with an IPv4 InternalIP, a
 //! NetNamespace (NETID) for every Namespace, both released when their object goes; the
 //! `pod.network.openshift.io/multitenant.change-network` annotation `oc adm pod-network`
-//! writes on a NetNamespace carried out and removed; and Kubernetes Events for what went
-//! wrong (an exhausted range, a refused request, a stored object the model refuses).
+//! writes on a NetNamespace carried out and removed; PodAttachments whose Pod is gone removed
+//! (and legacy attachment annotations imported, when asked); and Kubernetes Events for what
+//! went wrong (an exhausted range, a refused request, an object flowmesh refuses, a stored
+//! record the model leaves out).
 //!
 //! It reacts to every change of the datastore's cache, and retries what failed every few
 //! seconds; it calls the same operations as the admin API.
 
-use crate::core::{CoreHandle, Event};
+use crate::core::CoreHandle;
 use crate::ha::Leadership;
 use crate::resources::nodes::{self as ops, NetIdOp};
 use crate::state::kube::{dpid_from_ip, ClusterObjects, KubeStore, CHANGE_NETWORK};
@@ -55,6 +57,7 @@ pub async fn run(
             let objs = store.cluster_objects();
             if objs.synced {
                 react(&core, &store, &objs, &events, &mut failed).await;
+                tidy_attachments(&store).await;
             }
         }
         tokio::select! {
@@ -66,6 +69,23 @@ pub async fn run(
             _ = tokio::time::sleep(RETRY) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// Remove the PodAttachments no Pod owns (and import legacy annotations, when asked).
+async fn tidy_attachments(store: &Arc<KubeStore>) {
+    let s = store.clone();
+    match tokio::task::spawn_blocking(move || s.tidy_attachments()).await {
+        Ok(Ok(t)) if t.imported > 0 || t.removed > 0 => {
+            tracing::info!(
+                imported = t.imported,
+                removed = t.removed,
+                "pod attachments tidied"
+            );
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "tidying pod attachments failed; retried"),
+        Err(e) => tracing::warn!(error = %e, "tidying pod attachments stopped"),
     }
 }
 
@@ -189,10 +209,12 @@ async fn react(
             ));
         }
     }
-    // Refused objects, each reported once per reason; a fixed one is forgotten, so that
-    // breaking it again is reported again.
+    // Refused objects and stored records the model left out, each reported once per reason;
+    // a fixed one is forgotten, so that breaking it again is reported again.
     let mut refused_now = BTreeMap::new();
-    for (o, why) in store.refusals() {
+    let refusals = store.refusals();
+    core.metrics.kube_objects_refused.set(refusals.len() as u64);
+    for (o, why) in refusals {
         let key = format!(
             "refused/{}/{}/{}",
             o.kind.as_deref().unwrap_or_default(),
@@ -204,7 +226,18 @@ async fn react(
         }
         refused_now.insert(key, why);
     }
-    failed.retain(|k, _| !k.starts_with("refused/"));
+    let left_out = core
+        .read(|c| c.refused_records().clone())
+        .await
+        .unwrap_or_default();
+    for (record, why) in left_out {
+        let key = format!("left-out/{record}");
+        if failed.get(&key) != Some(&why) {
+            warnings.push((reference_of_record(&record, &why), "Refused", why.clone()));
+        }
+        refused_now.insert(key, why);
+    }
+    failed.retain(|k, _| !k.starts_with("refused/") && !k.starts_with("left-out/"));
     failed.extend(refused_now);
     for (o, reason, note) in warnings {
         events.warn(&o, reason, &note).await;
@@ -331,30 +364,6 @@ pub fn reference_of_record(key: &str, message: &str) -> ObjectReference {
                     crate::state::kube::CLUSTER_NETWORK_NAME,
                 ),
             }
-        }
-    }
-}
-
-/// Post the core's `StoredChangeRefused` events as Kubernetes Warning events, on the leader.
-pub async fn forward_refusals(core: CoreHandle, events: Events, lead: Arc<Leadership>) {
-    let mut rx = core.subscribe();
-    loop {
-        match rx.recv().await {
-            Ok(Event {
-                kind,
-                object,
-                message,
-                ..
-            }) if kind == "StoredChangeRefused" => {
-                if lead.leads() {
-                    events
-                        .warn(&reference_of_record(&object, &message), "Refused", &message)
-                        .await;
-                }
-            }
-            Ok(_) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         }
     }
 }

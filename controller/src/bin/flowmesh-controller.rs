@@ -16,6 +16,10 @@ struct Args {
     /// (what deploy/crds.yaml holds) and exit.
     #[arg(long)]
     print_crds: bool,
+    /// Print the CustomResourceDefinitions of flowmesh's own flowmesh.io/v1 kinds
+    /// (PodAttachment; what deploy/kubernetes/05-crds.yaml holds) and exit.
+    #[arg(long)]
+    print_flowmesh_crds: bool,
     /// YAML file with the cluster network config (clusterNetworks, serviceNetwork, mode,
     /// vxlanPort, mtu) and optionally policyAuditConfig (rateLimit, maxFileSize, maxLogFiles,
     /// destination, syslogFacility; re-read while running). Without it the stored config, or
@@ -25,15 +29,53 @@ struct Args {
     /// Directory of the embedded state database.
     #[arg(long, env = "FLOWMESH_DATA_DIR", default_value = "/var/lib/flowmesh")]
     data_dir: PathBuf,
-    /// OpenFlow listen address for switch connections.
-    #[arg(long, default_value = "0.0.0.0:6653")]
+    /// OpenFlow listen address for switch connections. Loopback by default; an address other
+    /// hosts can reach needs OpenFlow TLS (--openflow-tls-cert, --openflow-tls-key,
+    /// --openflow-ca) or --openflow-insecure.
+    #[arg(long, default_value = "127.0.0.1:6653")]
     openflow_listen: SocketAddr,
+    /// Serve plaintext OpenFlow on a non-loopback --openflow-listen: anyone who reaches the
+    /// port can then claim a node's datapath id and receive its flow table. For labs on a
+    /// network only the switches reach; use OpenFlow TLS otherwise.
+    #[arg(long)]
+    openflow_insecure: bool,
+    /// OpenFlow connections held at once, in all (a connection over it is closed at once).
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_CONNECTIONS)]
+    openflow_max_connections: usize,
+    /// OpenFlow connections held at once from one peer IP address.
+    #[arg(long, default_value_t = ofproto::session::listener::DEFAULT_MAX_PER_PEER)]
+    openflow_max_connections_per_peer: usize,
+    /// Ports one switch may report (PORT_DESC plus PORT_STATUS adds); a switch reporting
+    /// more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_PORTS)]
+    openflow_max_ports: usize,
+    /// Bytes one multipart reply of a switch (e.g. its whole flow table) may take; a switch
+    /// sending more is disconnected.
+    #[arg(long, default_value_t = ofproto::session::fsm::DEFAULT_MAX_MULTIPART_BYTES)]
+    openflow_max_multipart_bytes: usize,
     /// gRPC listen address (admin and node APIs).
     #[arg(long, default_value = "127.0.0.1:9650")]
     grpc_listen: SocketAddr,
-    /// Prometheus /metrics, /healthz and /readyz listen address.
+    /// Prometheus /metrics, /healthz and /readyz listen address. Plaintext only on a loopback
+    /// address; anywhere else it needs --metrics-tls-cert, --metrics-tls-key and
+    /// --metrics-client-ca.
     #[arg(long, default_value = "127.0.0.1:9651")]
     metrics_listen: Option<SocketAddr>,
+    /// PEM certificate of the controller for the metrics listener (with --metrics-tls-key and
+    /// --metrics-client-ca): HTTPS with client certificates; only admin and read-only
+    /// certificates read the metrics.
+    #[arg(long, requires_all = ["metrics_tls_key", "metrics_client_ca"])]
+    metrics_tls_cert: Option<PathBuf>,
+    /// PEM private key of --metrics-tls-cert.
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_client_ca"])]
+    metrics_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) that sign the metrics clients' certificates (e.g. Prometheus').
+    #[arg(long, requires_all = ["metrics_tls_cert", "metrics_tls_key"])]
+    metrics_client_ca: Option<PathBuf>,
+    /// Plaintext listener of /healthz and /readyz only, for the kubelet's probes (e.g.
+    /// 127.0.0.1:9652 with the probes' host: 127.0.0.1). Off unless given.
+    #[arg(long)]
+    health_listen: Option<SocketAddr>,
     /// Seconds between audits that re-read every switch and repair drift.
     #[arg(long, default_value_t = 30.0)]
     audit_interval: f64,
@@ -90,6 +132,17 @@ struct Args {
     /// Seconds: a dnsName is resolved at least this often, whatever its TTL.
     #[arg(long, default_value_t = 1800.0)]
     egress_dns_ttl_ceiling: f64,
+    /// The most distinct dnsNames one project's EgressNetworkPolicy may use (a policy with
+    /// more is refused, naming the first rule over the limit).
+    #[arg(long, default_value_t = topology::model::DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE)]
+    egress_dns_names_per_namespace: usize,
+    /// Seconds: after a burst of 3, a dnsName's changed addresses are stored (and pushed to
+    /// the switches) at most once per this interval; only the latest answer is kept.
+    #[arg(long, default_value_t = 10.0)]
+    egress_dns_write_interval: f64,
+    /// Changed dnsName addresses stored per second, all names together.
+    #[arg(long, default_value_t = controller::resources::egress_firewall::schedule::DEFAULT_WRITES_PER_SECOND)]
+    egress_dns_writes_per_second: u32,
     /// Where desired state lives: `embedded` (a database in --data-dir), `etcd` (an etcd v3
     /// cluster shared by several controller replicas; see --etcd-endpoints) or `kubernetes`
     /// (the API server's Node, Namespace, Pod, NetworkPolicy and OpenShift network objects;
@@ -119,6 +172,18 @@ struct Args {
     /// leader-election Lease `flowmesh-controller` (with --datastore kubernetes).
     #[arg(long, env = "FLOWMESH_KUBE_NAMESPACE", default_value = "flowmesh")]
     kube_namespace: String,
+    /// With --datastore kubernetes, for upgrading from a version that kept pod attachments in
+    /// the Pod annotation flowmesh.io/attachment: take a pod's attachment from it when the pod
+    /// has no PodAttachment, the annotation's node is the Pod's spec.nodeName and its IP the
+    /// Pod's status.podIP; the leader writes the PodAttachment and removes the annotation.
+    /// Without it the annotation is ignored and reported (docs/operations.md, "Upgrading").
+    #[arg(long)]
+    import_attachment_annotations: bool,
+    /// With the embedded or etcd datastore: a node certificate registers only a node an admin
+    /// added first (`flowmeshctl node add NAME --ip IP --dpid DPID`). Without it a node's first
+    /// registration pins its IP and datapath id (docs/security.md).
+    #[arg(long)]
+    nodes_preregistered: bool,
     /// This replica's id among several sharing one etcd or Kubernetes API (default:
     /// HOSTNAME:GRPC_PORT).
     #[arg(long, env = "FLOWMESH_REPLICA_ID")]
@@ -148,9 +213,13 @@ fn kube_config(args: &Args) -> Result<Option<controller::state::kube::KubeConfig
         Datastore::Kubernetes => Ok(Some(controller::state::kube::KubeConfig {
             kubeconfig: args.kubeconfig.clone(),
             namespace: args.kube_namespace.clone(),
+            import_attachment_annotations: args.import_attachment_annotations,
             ..Default::default()
         })),
         _ if args.kubeconfig.is_some() => Err("--kubeconfig needs --datastore kubernetes".into()),
+        _ if args.import_attachment_annotations => {
+            Err("--import-attachment-annotations needs --datastore kubernetes".into())
+        }
         _ => Ok(None),
     }
 }
@@ -203,6 +272,32 @@ fn leader_ttl(args: &Args) -> Result<i64, String> {
         }
     }
     Ok(args.leader_ttl)
+}
+
+/// The OpenFlow listener's limits from the flags (each at least 1).
+fn openflow_limits(args: &Args) -> Result<controller::server::OpenFlowLimits, String> {
+    for (flag, v) in [
+        ("--openflow-max-connections", args.openflow_max_connections),
+        (
+            "--openflow-max-connections-per-peer",
+            args.openflow_max_connections_per_peer,
+        ),
+        ("--openflow-max-ports", args.openflow_max_ports),
+        (
+            "--openflow-max-multipart-bytes",
+            args.openflow_max_multipart_bytes,
+        ),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag} 0: give at least 1"));
+        }
+    }
+    Ok(controller::server::OpenFlowLimits {
+        max_connections: args.openflow_max_connections,
+        max_per_peer: args.openflow_max_connections_per_peer,
+        max_ports: args.openflow_max_ports,
+        max_multipart_bytes: args.openflow_max_multipart_bytes,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -284,18 +379,38 @@ fn flowmesh_controller_dns(
                 })?,
         ),
     };
+    if args.egress_dns_names_per_namespace == 0 {
+        return Err("--egress-dns-names-per-namespace 0: give at least 1".into());
+    }
+    if args.egress_dns_writes_per_second == 0 {
+        return Err("--egress-dns-writes-per-second 0: give at least 1".into());
+    }
     Ok(controller::resources::egress_firewall::dns::DnsConfig {
         server,
         ttl_floor: seconds("--egress-dns-ttl-floor", args.egress_dns_ttl_floor)?,
         ttl_ceiling: seconds("--egress-dns-ttl-ceiling", args.egress_dns_ttl_ceiling)?,
+        limits: controller::resources::egress_firewall::schedule::Limits {
+            names_per_namespace: args.egress_dns_names_per_namespace,
+            write_interval: seconds(
+                "--egress-dns-write-interval",
+                args.egress_dns_write_interval,
+            )?,
+            writes_per_second: args.egress_dns_writes_per_second,
+            ..Default::default()
+        },
         ..Default::default()
     })
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.print_crds {
-        return match kinds::openshift::crds_yaml() {
+    if args.print_crds || args.print_flowmesh_crds {
+        let yaml = if args.print_crds {
+            kinds::openshift::crds_yaml()
+        } else {
+            kinds::flowmesh::crds_yaml()
+        };
+        return match yaml {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
@@ -334,8 +449,23 @@ async fn run(args: Args) -> ExitCode {
                 .zip(file.as_ref().map(|(_, _, t)| t.clone())),
             data_dir: args.data_dir.clone(),
             openflow_listen: args.openflow_listen,
+            openflow_insecure: args.openflow_insecure,
+            openflow_limits: openflow_limits(&args)?,
             grpc_listen: args.grpc_listen,
             metrics_listen: args.metrics_listen,
+            metrics_tls: match (
+                &args.metrics_tls_cert,
+                &args.metrics_tls_key,
+                &args.metrics_client_ca,
+            ) {
+                (Some(c), Some(k), Some(a)) => Some(controller::server::MetricsTls {
+                    cert: c.clone(),
+                    key: k.clone(),
+                    client_ca: a.clone(),
+                }),
+                _ => None,
+            },
+            health_listen: args.health_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
             shim_grace: seconds("--shim-grace", args.shim_grace)?,
@@ -364,6 +494,12 @@ async fn run(args: Args) -> ExitCode {
                 }),
                 _ => None,
             },
+            nodes_preregistered: match args.datastore {
+                Datastore::Kubernetes if args.nodes_preregistered => {
+                    return Err("--nodes-preregistered is for the embedded and etcd datastores: with --datastore kubernetes a node registers only as the Node the API server has".into())
+                }
+                _ => args.nodes_preregistered,
+            },
         })
     })();
     let grace = match seconds("--shutdown-grace", args.shutdown_grace) {
@@ -384,12 +520,16 @@ async fn run(args: Args) -> ExitCode {
         Ok(r) => {
             // In JSON mode every line is JSON: the log's "running" line carries the addresses.
             if !json_logs {
+                let scheme = if r.metrics_tls { "https" } else { "http" };
                 eprintln!(
-                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}",
+                    "flowmesh-controller: gRPC on {}, OpenFlow on {}{}{}",
                     r.grpc_addr,
                     r.openflow_addr,
                     r.metrics_addr
-                        .map(|a| format!(", metrics on http://{a}/metrics"))
+                        .map(|a| format!(", metrics on {scheme}://{a}/metrics"))
+                        .unwrap_or_default(),
+                    r.health_addr
+                        .map(|a| format!(", health on http://{a}/healthz"))
                         .unwrap_or_default()
                 );
             }

@@ -9,6 +9,7 @@ pub mod changes;
 pub mod effects;
 mod liveness;
 pub mod load;
+mod sessions;
 pub mod store_sync;
 mod writer;
 
@@ -112,6 +113,9 @@ pub struct CoreConfig {
     /// This replica's standing among several (alone by default): only a leader programs
     /// switches and makes the controller's own changes (egress failover, DNS results).
     pub leadership: Arc<crate::ha::Leadership>,
+    /// The most distinct dnsNames one project's egress firewall may use (the model refuses
+    /// a policy with more).
+    pub egress_dns_names_per_namespace: usize,
 }
 
 impl Default for CoreConfig {
@@ -121,6 +125,7 @@ impl Default for CoreConfig {
             liveness_grace: Duration::from_secs(10),
             shim_grace: Duration::from_secs(5),
             leadership: crate::ha::Leadership::alone(),
+            egress_dns_names_per_namespace: topology::model::DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE,
         }
     }
 }
@@ -148,6 +153,9 @@ pub struct Core {
     reconcilers: HashMap<String, ReconcilerHandle>,
     unknown: HashMap<u64, ReconcilerHandle>,
     connected: HashMap<u64, (u64, Arc<dyn SwitchLink>)>,
+    /// Connections held back because another connection holds their datapath id (the echo
+    /// contest of `sessions.rs`), or refused by it and not yet gone.
+    contested: std::collections::HashSet<u64>,
     /// The core's own command channel (weak: the core ends when every handle is gone).
     me: mpsc::WeakUnboundedSender<CoreCmd>,
     events: broadcast::Sender<Event>,
@@ -161,6 +169,9 @@ pub struct Core {
     shims: HashMap<String, ShimWatch>,
     /// When the core started (the liveness grace counts from here).
     started: std::time::Instant,
+    /// Stored records left out of the model because they do not fit it (at load, or as a
+    /// watched change): key → why. A later change of the key that fits clears it.
+    refused: BTreeMap<String, String>,
 }
 
 /// A node shim's egress watch, as the core sees it.
@@ -291,6 +302,7 @@ impl Core {
             reconcilers: HashMap::new(),
             unknown: HashMap::new(),
             connected: HashMap::new(),
+            contested: std::collections::HashSet::new(),
             me: tx.downgrade(),
             events: events.clone(),
             metrics: metrics.clone(),
@@ -299,7 +311,10 @@ impl Core {
             firewall_conflicts: BTreeMap::new(),
             shims: HashMap::new(),
             started: std::time::Instant::now(),
+            refused: BTreeMap::new(),
         };
+        core.model
+            .set_egress_dns_name_limit(core.cfg.egress_dns_names_per_namespace);
         core.firewall_conflicts = core.model.egress_firewall_conflicts();
         let all = core
             .pipeline
@@ -383,10 +398,28 @@ impl Core {
                     conn_id,
                     dpid,
                     link,
-                } => self.switch_up(conn_id, dpid, link).await,
+                } => self.switch_up(conn_id, dpid, link),
                 CoreCmd::SwitchDown { conn_id, dpid } => self.switch_down(conn_id, dpid),
             }
         }
+    }
+
+    /// The stored records left out of the model (key → why): at load, because they did not
+    /// fit, and watched changes the model refused since.
+    pub fn refused_records(&self) -> &BTreeMap<String, String> {
+        &self.refused
+    }
+
+    /// Replace the records left out of the model (after a load).
+    pub(crate) fn set_refused(&mut self, skipped: Vec<load::Skipped>) {
+        self.refused = skipped.into_iter().map(|s| (s.key, s.reason)).collect();
+        self.count_refused();
+    }
+
+    fn count_refused(&self) {
+        self.metrics
+            .stored_records_refused
+            .set(self.refused.len() as u64);
     }
 
     /// Rebuild the model from the store (after a failed write) and resync every switch.
@@ -400,9 +433,12 @@ impl Core {
                 load_model_from(records, None).map(|m| (m, l))
             });
         match loaded {
-            Ok(((m, _), listing)) => {
+            Ok((l, listing)) => {
                 revisions(&self.revs).relisted(&listing);
-                self.model = m;
+                self.model = l.model;
+                self.model
+                    .set_egress_dns_name_limit(self.cfg.egress_dns_names_per_namespace);
+                self.set_refused(l.skipped);
                 self.pipeline = Pipeline::new();
                 if let Ok(all) = self.pipeline.recompute(&self.model, &Affected::all()) {
                     self.retire_removed_nodes();
@@ -515,8 +551,15 @@ impl Core {
     fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
         for c in changes {
             match crate::core::store_sync::apply_change(&mut self.model, c) {
-                Ok(a) => affected.merge(a),
+                Ok(a) => {
+                    if self.refused.remove(&c.key().as_string()).is_some() {
+                        self.count_refused();
+                    }
+                    affected.merge(a)
+                }
                 Err(e) => {
+                    self.refused.insert(c.key().as_string(), e.to_string());
+                    self.count_refused();
                     tracing::error!(
                         key = %c.key().as_string(),
                         error = %e,
@@ -873,76 +916,6 @@ impl Core {
             "UnknownDatapath",
             format!("switch/{dpid:#018x}"),
             format!("datapath {dpid:#018x} belongs to no node: it gets only a default drop"),
-        ));
-    }
-
-    async fn switch_up(&mut self, conn_id: u64, dpid: u64, link: Arc<dyn SwitchLink>) {
-        let peer = link.peer();
-        // A switch whose certificate names another node than the one owning `dpid` never
-        // takes the real switch's place in the connection table (it gets the default drop).
-        let forged = self
-            .model
-            .node_by_dpid(dpid)
-            .is_some_and(|n| !link.may_serve(&n.name));
-        if !forged {
-            self.connected.insert(dpid, (conn_id, link.clone()));
-        }
-        match self
-            .model
-            .node_by_dpid(dpid)
-            .map(|n| n.name.clone())
-            .filter(|n| link.may_serve(n))
-        {
-            Some(node) => {
-                let h = self.reconciler_for(&node);
-                let _ = h.tx.send(ReconcileCmd::Connected {
-                    conn_id,
-                    dpid,
-                    link,
-                });
-                if !self.shims.get(&node).is_some_and(|w| w.lost) {
-                    self.node_liveness(&node, true);
-                }
-                self.publish(Event::now(
-                    "SwitchConnected",
-                    format!("node/{node}"),
-                    format!("switch {dpid:#018x} of node {node} connected from {peer}"),
-                ));
-            }
-            None => {
-                let old = self.unknown.remove(&dpid);
-                self.start_unknown(old, conn_id, dpid, link);
-            }
-        }
-    }
-
-    fn switch_down(&mut self, conn_id: u64, dpid: u64) {
-        if self
-            .connected
-            .get(&dpid)
-            .is_some_and(|(c, _)| *c == conn_id)
-        {
-            self.connected.remove(&dpid);
-        }
-        for h in self.reconcilers.values().chain(self.unknown.values()) {
-            let _ = h.tx.send(ReconcileCmd::Disconnected { conn_id });
-        }
-        if let Some(h) = self.unknown.get(&dpid) {
-            if !self.connected.contains_key(&dpid) {
-                let (tx, _rx) = oneshot::channel();
-                let _ = h.tx.send(ReconcileCmd::Stop { reply: tx });
-                self.unknown.remove(&dpid);
-            }
-        }
-        if !self.connected.contains_key(&dpid) {
-            if let Some(node) = self.model.node_by_dpid(dpid).map(|n| n.name.clone()) {
-                self.node_liveness(&node, false);
-            }
-        }
-        self.publish(Event::now(
-            "SwitchDisconnected",
-            format!("switch/{dpid:#018x}"),
-            format!("switch {dpid:#018x} disconnected"),
         ));
     }
 

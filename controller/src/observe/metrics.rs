@@ -26,6 +26,21 @@ impl Counter {
     }
 }
 
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// Set it.
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Sync latency bucket bounds, seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -64,6 +79,10 @@ pub struct Metrics {
     pub phase_diff: PhaseTime,
     /// Reconciler: the bundle written to the switch until its acknowledgement.
     pub phase_switch: PhaseTime,
+    /// Stored records left out of the model because they do not fit it.
+    pub stored_records_refused: Gauge,
+    /// Kubernetes objects the Kubernetes datastore refuses (set by the leader's reactions).
+    pub kube_objects_refused: Gauge,
     sync_buckets: [AtomicU64; BUCKETS.len()],
     sync_count: AtomicU64,
     sync_sum_us: AtomicU64,
@@ -116,6 +135,22 @@ impl Metrics {
             "flowmesh_api_mutations_total {}",
             self.api_mutations.get()
         );
+        for (name, help, g) in [
+            (
+                "flowmesh_stored_records_refused",
+                "Stored records left out of the model because they do not fit it (logged; with Kubernetes also Warning events).",
+                &self.stored_records_refused,
+            ),
+            (
+                "flowmesh_kube_objects_refused",
+                "Kubernetes objects flowmesh refuses: invalid, or a pod attachment that is forged or does not match its Pod (Warning events name them).",
+                &self.kube_objects_refused,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} gauge");
+            let _ = writeln!(o, "{name} {}", g.get());
+        }
         let _ = writeln!(o, "# HELP flowmesh_sync_latency_seconds Diff, bundle and barrier round trip of one switch sync.");
         let _ = writeln!(o, "# TYPE flowmesh_sync_latency_seconds histogram");
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -168,8 +203,8 @@ impl Metrics {
         );
         let _ = writeln!(o, "# TYPE flowmesh_connected_switches gauge");
         let _ = writeln!(o, "flowmesh_connected_switches {connected}");
-        type Gauge = fn(&SwitchStatus) -> u64;
-        let gauges: [(&str, &str, Gauge); 5] = [
+        type SwitchGauge = fn(&SwitchStatus) -> u64;
+        let gauges: [(&str, &str, SwitchGauge); 5] = [
             (
                 "flowmesh_switch_flows_desired",
                 "Flows the switch should hold.",

@@ -40,8 +40,8 @@ impl SwitchLink for RefusingSwitch {
 /// A core on an embedded store with node-1 (datapath 0xa1) and namespace foo.
 async fn core_with_node(dir: &std::path::Path) -> (CoreHandle, Arc<EmbeddedStore>) {
     let store = Arc::new(EmbeddedStore::open(dir).expect("open store"));
-    let (model, changes) =
-        load_model(store.as_ref(), Some(&default_config())).expect("load the empty store");
+    let l = load_model(store.as_ref(), Some(&default_config())).expect("load the empty store");
+    let (model, changes) = (l.model, l.changes);
     store.apply(&changes).expect("initial records");
     let core = Core::spawn(
         model,
@@ -74,7 +74,7 @@ async fn pods(core: &CoreHandle, store: &EmbeddedStore) -> (usize, usize) {
     let in_model = core.read(|c| c.model.pod_count()).await.expect("read");
     let stored = load_model(store, None)
         .expect("reload the store")
-        .0
+        .model
         .pod_count();
     (in_model, stored)
 }
@@ -134,7 +134,7 @@ async fn a_change_not_needing_the_switch_succeeds_and_says_its_flows_wait() {
     ops::add_node(&core, "node-2".into(), Ipv4Addr::new(192, 168, 1, 12), 0xb2)
         .await
         .expect("stored: the call succeeds");
-    let stored = load_model(store.as_ref(), None).expect("reload").0;
+    let stored = load_model(store.as_ref(), None).expect("reload").model;
     assert!(stored.node("node-2").is_some());
     let pending = tokio::time::timeout(Duration::from_secs(60), async {
         loop {

@@ -21,3 +21,5 @@ pub mod nodes;
 
 #[cfg(test)]
 mod attach_tests;
+#[cfg(test)]
+mod session_tests;

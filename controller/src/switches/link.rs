@@ -82,6 +82,20 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn may_serve(&self, _node: &str) -> bool {
         true
     }
+    /// Is the switch on this connection still there? An echo answered within `within`.
+    /// Links that cannot tell answer false (a newer connection for the datapath then
+    /// replaces this one at once).
+    fn probe(&self, _within: std::time::Duration) -> LinkFuture<'_, bool> {
+        Box::pin(async { false })
+    }
+    /// Closes the connection (a refused or replaced one).
+    fn close(&self) -> LinkFuture<'_, ()> {
+        Box::pin(async {})
+    }
+    /// True once the connection has ended.
+    fn is_closed(&self) -> bool {
+        false
+    }
     /// Request an OpenFlow role (master or slave with a generation id); returns once the
     /// switch granted it. The default (links without roles) grants at once.
     fn set_role(

@@ -120,6 +120,18 @@ impl SwitchLink for SessionLink {
         Box::pin(self.limiter.turn())
     }
 
+    fn probe(&self, within: Duration) -> LinkFuture<'_, bool> {
+        Box::pin(async move { self.handle.probe(within).await.is_some() })
+    }
+
+    fn close(&self) -> LinkFuture<'_, ()> {
+        Box::pin(self.handle.close())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.handle.closed_cause().is_some()
+    }
+
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         Box::pin(async move {
             let read = async {
@@ -279,6 +291,9 @@ pub trait SwitchSink {
 /// [`SyncLimiter`]. Runs until the listener stops.
 pub async fn forward_events(core: impl SwitchSink, mut events: EventStream) {
     let limiter = SyncLimiter::default();
+    // Connections handed to the core: only their end is news to it (a peer that never
+    // completed a handshake, e.g. one of many hostile connections, is not).
+    let mut ready = std::collections::HashSet::new();
     while let Some(ev) = events.next().await {
         match ev {
             SessionEvent::Ready {
@@ -305,6 +320,7 @@ pub async fn forward_events(core: impl SwitchSink, mut events: EventStream) {
                     read_deadline: READ_DEADLINE,
                     cert_node,
                 });
+                ready.insert(conn);
                 core.switch_up(conn, info.dpid, link);
             }
             SessionEvent::Disconnected {
@@ -313,6 +329,10 @@ pub async fn forward_events(core: impl SwitchSink, mut events: EventStream) {
                 dpid,
                 cause,
             } => {
+                if !ready.remove(&conn) {
+                    tracing::debug!(%peer, dpid = dpid.map(|d| format!("{d:#018x}")), %cause, "switch session ended before its handshake completed");
+                    continue;
+                }
                 tracing::warn!(%peer, dpid = dpid.map(|d| format!("{d:#018x}")), %cause, "switch session ended");
                 if let Some(d) = dpid {
                     core.switch_down(conn, d);

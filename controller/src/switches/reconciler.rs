@@ -454,6 +454,9 @@ impl Reconciler {
     /// mass reconnect of 1,000 switches otherwise held 1,000 batches at once). A sync that finds
     /// nothing to change takes no turn.
     async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        if self.status.unknown {
+            return self.reset_unknown(link).await;
+        }
         let desired = self.effective_desired(link).await?;
         let mut turn = None;
         let installed = match self.installed.take() {
@@ -564,6 +567,64 @@ impl Reconciler {
             _ => false,
         }
     }
+}
+
+impl Reconciler {
+    /// A datapath no node claims gets its default drop without being read and without a
+    /// turn: one bundle deletes every flow and group it may hold and adds the drop. Reading
+    /// (and taking one of the turns every real switch waits for) would let any peer that
+    /// connects with an unclaimed datapath id, e.g. hundreds of hostile connections, delay
+    /// the syncs of the real switches; three messages are cheap on every (re)connect, leadership
+    /// change and audit.
+    async fn reset_unknown(&mut self, link: &dyn SwitchLink) -> Result<(), LinkError> {
+        let batch = unknown_reset(&self.desired);
+        let n = batch.len() as u64;
+        link.apply(batch).await?;
+        self.status.mods_sent.fetch_add(n, Ordering::Relaxed);
+        self.metrics.flow_mods_sent.inc_by(n);
+        self.status
+            .installed_flows
+            .store(self.desired.len() as u64, Ordering::Relaxed);
+        self.installed = Some(self.desired.clone());
+        Ok(())
+    }
+}
+
+/// The bundle that leaves a switch holding exactly `desired`, whatever it held: every flow
+/// (all tables) and every group deleted, then `desired`'s groups and flows added.
+fn unknown_reset(desired: &FlowSet) -> Vec<crate::switches::link::SwitchChange> {
+    use crate::switches::link::SwitchChange;
+    use ofproto::{FlowMod, FlowModCommand, GroupMod, GroupModCommand};
+    let mut out = vec![
+        SwitchChange::Flow(FlowMod {
+            command: FlowModCommand::Delete,
+            ..FlowMod::add(ofproto::Flow::new(
+                ofproto::flow::TABLE_ALL,
+                0,
+                ofproto::Match::new(),
+            ))
+        }),
+        SwitchChange::Group(GroupMod {
+            command: GroupModCommand::Delete,
+            group: ofproto::Group {
+                group_id: ofproto::flow::GROUP_ALL,
+                group_type: ofproto::GroupType::All,
+                buckets: Vec::new(),
+            },
+        }),
+    ];
+    out.extend(desired.groups().iter().map(|g| {
+        SwitchChange::Group(GroupMod {
+            command: GroupModCommand::Add,
+            group: g.clone(),
+        })
+    }));
+    out.extend(
+        desired
+            .iter()
+            .map(|f| SwitchChange::Flow(FlowMod::add(f.clone()))),
+    );
+    out
 }
 
 /// Reads the switch's whole table in a turn of its own (a read that leads to no bundle: a

@@ -18,6 +18,8 @@ pub struct Controller {
     pub grpc: SocketAddr,
     pub openflow: SocketAddr,
     pub metrics: SocketAddr,
+    /// The health listener (with `--health-listen`).
+    pub health: Option<SocketAddr>,
     pub log: PathBuf,
     pub extra: Vec<String>,
 }
@@ -56,6 +58,7 @@ impl Controller {
             grpc: any,
             openflow: any,
             metrics: any,
+            health: None,
             log: data_dir.with_extension("log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -110,7 +113,9 @@ impl Controller {
         };
         self.grpc = addr("gRPC on ");
         self.openflow = addr("OpenFlow on ");
-        self.metrics = addr("metrics on http://");
+        self.metrics =
+            announced(&line, "metrics on http://").unwrap_or_else(|| addr("metrics on https://"));
+        self.health = announced(&line, "health on http://");
     }
 
     /// SIGKILL the process (no clean shutdown) and reap it.
@@ -433,4 +438,59 @@ pub async fn bridges_match(sbx: &OvsSandbox, admin: &mut AdminClient<Channel>, n
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// A lab PKI made by the real `flowmeshctl certs lab` in `dir`: a CA, the controller's
+/// certificate for 127.0.0.1, one per node (`node-NAME.pem`), `admin-admin` and
+/// `read-only-viewer` (each with its `-key.pem`).
+pub fn lab_pki(dir: &Path, nodes: &[&str]) -> PathBuf {
+    let mut cmd = Command::new(flowmesh_tests::bins::flowmeshctl());
+    cmd.args(["certs", "lab", "--dir"])
+        .arg(dir)
+        .args(["--san", "127.0.0.1", "--days", "2"]);
+    for n in nodes {
+        cmd.args(["--node", n]);
+    }
+    let out = cmd.output().expect("run flowmeshctl certs lab");
+    assert!(
+        out.status.success(),
+        "flowmeshctl certs lab: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.to_path_buf()
+}
+
+/// The controller flags serving the gRPC APIs over TLS with client certificates of `pki`.
+pub fn grpc_tls_args(pki: &Path) -> Vec<String> {
+    let f = |n: &str| pki.join(n).display().to_string();
+    vec![
+        "--grpc-tls-cert".into(),
+        f("controller.pem"),
+        "--grpc-tls-key".into(),
+        f("controller-key.pem"),
+        "--grpc-client-ca".into(),
+        f("ca.pem"),
+    ]
+}
+
+/// A TLS channel to `addr` trusting `pki`'s CA, presenting the certificate `STEM.pem` (with
+/// `STEM-key.pem`), e.g. `node-node-a` or `admin-admin`.
+pub async fn tls_channel(addr: SocketAddr, pki: &Path, stem: &str) -> Channel {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    let read = |f: String| std::fs::read(pki.join(&f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read("ca.pem".into())))
+        .identity(Identity::from_pem(
+            read(format!("{stem}.pem")),
+            read(format!("{stem}-key.pem")),
+        ));
+    Endpoint::from_shared(format!("https://{addr}"))
+        .expect("endpoint")
+        .tls_config(tls)
+        .expect("tls config")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr} as {stem}: {e:?}"))
 }

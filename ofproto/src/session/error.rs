@@ -35,6 +35,9 @@ pub enum DisconnectCause {
     /// A message broke the handshake order or could not be framed.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The switch went past one of the session's limits (ports, multipart bytes).
+    #[error("over a limit: {0}")]
+    OverLimit(String),
     /// A socket error.
     #[error("i/o error: {0}")]
     Io(String),

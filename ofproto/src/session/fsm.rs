@@ -44,7 +44,22 @@ pub struct FsmConfig {
     pub miss_send_len: u16,
     /// A role to request during the handshake.
     pub role: Option<RoleRequest>,
+    /// The most ports a switch may report (PORT_DESC plus PORT_STATUS adds); one more closes
+    /// the session, so a peer cannot grow the port table without bound.
+    pub max_ports: usize,
+    /// The most bytes (OpenFlow messages as received) one multipart reply may take across its
+    /// parts; a reply that grows past this closes the session, so a peer cannot make the
+    /// reassembly hold unbounded memory.
+    pub max_multipart_bytes: usize,
 }
+
+/// Default [`FsmConfig::max_ports`]: far above any real bridge (OpenFlow port numbers of Open
+/// vSwitch end at 0xfeff; a node runs a few hundred pods at most).
+pub const DEFAULT_MAX_PORTS: usize = 16_384;
+
+/// Default [`FsmConfig::max_multipart_bytes`]: 256 MiB, over a million flows in one flow
+/// statistics reply.
+pub const DEFAULT_MAX_MULTIPART_BYTES: usize = 256 << 20;
 
 impl Default for FsmConfig {
     fn default() -> Self {
@@ -54,6 +69,8 @@ impl Default for FsmConfig {
             handshake_timeout: Duration::from_secs(10),
             miss_send_len: 0xffff,
             role: None,
+            max_ports: DEFAULT_MAX_PORTS,
+            max_multipart_bytes: DEFAULT_MAX_MULTIPART_BYTES,
         }
     }
 }
@@ -86,6 +103,8 @@ pub enum Reply {
     BundleCommitted,
     /// A batch's closing barrier answered and no message was refused.
     BatchDone,
+    /// ECHO_REPLY to a liveness probe.
+    Echo,
 }
 
 /// How a request failed (the task turns these into the public error types).
@@ -153,6 +172,8 @@ enum Kind {
     Multipart,
     Role,
     BundleControl,
+    /// A liveness probe's ECHO_REQUEST.
+    Echo,
     Batch {
         n: u32,
         refused: Vec<(usize, ErrorMsg)>,
@@ -189,6 +210,8 @@ struct Pending<R> {
     kind: Kind,
     responder: Option<R>,
     parts: Vec<MultipartReplyBody>,
+    /// Bytes of the multipart reply received so far (for [`FsmConfig::max_multipart_bytes`]).
+    bytes: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,6 +326,7 @@ impl<R> SessionFsm<R> {
                 kind,
                 responder,
                 parts: Vec::new(),
+                bytes: 0,
             },
         );
         base
@@ -319,6 +343,20 @@ impl<R> SessionFsm<R> {
             _ => return Err(responder),
         };
         Ok(self.insert(1, kind, Some(responder)))
+    }
+
+    /// Sends an ECHO_REQUEST; its ECHO_REPLY, or any other message from the switch, completes
+    /// `responder` with [`Reply::Echo`]: a liveness probe. The request is written at once (an
+    /// output), not behind queued work.
+    pub fn begin_echo(&mut self, responder: R, out: &mut Vec<Output<R>>) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let xid = self.insert(1, Kind::Echo, Some(responder));
+        out.push(Output::Send {
+            xid,
+            message: Message::EchoRequest(b"flowmesh-probe".to_vec()),
+        });
     }
 
     /// An xid for a message that expects no reply (errors for it are unsolicited).
@@ -361,6 +399,7 @@ impl<R> SessionFsm<R> {
                 }),
                 responder: Some(responder),
                 parts: Vec::new(),
+                bytes: 0,
             },
         );
         base
@@ -449,6 +488,17 @@ impl<R> SessionFsm<R> {
         }
         self.last_rx = now;
         self.echo_sent = None;
+        // Any message proves the switch alive: liveness probes are answered by it (a switch
+        // streaming a large reply may answer an echo only after the reply).
+        let probes: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p.kind, Kind::Echo))
+            .map(|(x, _)| *x)
+            .collect();
+        for x in probes {
+            self.complete(x, Ok(Reply::Echo), out);
+        }
         let xid = header.xid;
         match msg {
             Message::EchoRequest(data) => out.push(Output::Send {
@@ -463,7 +513,7 @@ impl<R> SessionFsm<R> {
             Message::BarrierReply => self.on_barrier(xid, out),
             Message::MultipartReply(m) => {
                 let more = m.more();
-                self.on_multipart(xid, m.body, more, out)
+                self.on_multipart(xid, m.body, more, usize::from(header.length), out)
             }
             Message::RoleReply(r) => self.on_role(xid, r, out),
             Message::BundleControl(b) => self.on_bundle_control(xid, b, out),
@@ -560,12 +610,29 @@ impl<R> SessionFsm<R> {
         }
     }
 
+    /// Adds or replaces a port; false (and the session closed) when it would be one port more
+    /// than [`FsmConfig::max_ports`].
+    fn add_port(&mut self, port: Port, out: &mut Vec<Output<R>>) -> bool {
+        if !self.ports.contains_key(&port.port_no) && self.ports.len() >= self.cfg.max_ports {
+            let max = self.cfg.max_ports;
+            self.close(
+                DisconnectCause::OverLimit(format!(
+                    "the switch reports more than {max} ports (the session's port limit)"
+                )),
+                out,
+            );
+            return false;
+        }
+        self.ports.insert(port.port_no, port);
+        true
+    }
+
     fn on_port_status(&mut self, ps: PortStatus, out: &mut Vec<Output<R>>) {
         const OFPPR_DELETE: u8 = 1;
         if ps.reason == OFPPR_DELETE {
             self.ports.remove(&ps.desc.port_no);
-        } else {
-            self.ports.insert(ps.desc.port_no, ps.desc.clone());
+        } else if !self.add_port(ps.desc.clone(), out) {
+            return;
         }
         if self.phase == Phase::Ready {
             out.push(Output::PortStatus(ps));
@@ -607,7 +674,7 @@ impl<R> SessionFsm<R> {
             Kind::Setup(_) => {
                 self.close(DisconnectCause::HandshakeRefused(ErrorText(e)), out);
             }
-            Kind::Barrier | Kind::Multipart | Kind::Role | Kind::BundleControl => {
+            Kind::Barrier | Kind::Multipart | Kind::Role | Kind::BundleControl | Kind::Echo => {
                 self.complete(base, Err(Failure::Refused(e)), out)
             }
             Kind::Batch { n, refused } => {
@@ -710,11 +777,24 @@ impl<R> SessionFsm<R> {
         xid: u32,
         body: MultipartReplyBody,
         more: bool,
+        len: usize,
         out: &mut Vec<Output<R>>,
     ) {
         let Some(p) = self.pending.get_mut(&xid) else {
             return;
         };
+        p.bytes = p.bytes.saturating_add(len);
+        if p.bytes > self.cfg.max_multipart_bytes {
+            let max = self.cfg.max_multipart_bytes;
+            self.close(
+                DisconnectCause::OverLimit(format!(
+                    "a multipart reply of the switch grew past {max} bytes (the session's \
+                     reassembly limit)"
+                )),
+                out,
+            );
+            return;
+        }
         match &mut p.kind {
             Kind::Multipart => {
                 p.parts.push(body);
@@ -726,7 +806,9 @@ impl<R> SessionFsm<R> {
             Kind::Setup(SetupStep::PortDesc) => {
                 if let MultipartReplyBody::PortDesc(ports) = body {
                     for port in ports {
-                        self.ports.insert(port.port_no, port);
+                        if !self.add_port(port, out) {
+                            return;
+                        }
                     }
                 }
                 if !more {

@@ -139,6 +139,8 @@ pub struct SessionStats {
 #[derive(Clone, Debug)]
 pub struct SwitchHandle {
     tx: mpsc::Sender<Command>,
+    /// Liveness probes: taken by the task even while a bundle or batch occupies its queue.
+    probes: mpsc::Sender<ReplyTx>,
     dpid: u64,
     conn: ConnId,
     closed: Arc<tokio::sync::watch::Receiver<Option<DisconnectCause>>>,
@@ -147,12 +149,14 @@ pub struct SwitchHandle {
 impl SwitchHandle {
     pub(crate) fn new(
         tx: mpsc::Sender<Command>,
+        probes: mpsc::Sender<ReplyTx>,
         dpid: u64,
         conn: ConnId,
         closed: tokio::sync::watch::Receiver<Option<DisconnectCause>>,
     ) -> Self {
         SwitchHandle {
             tx,
+            probes,
             dpid,
             conn,
             closed: Arc::new(closed),
@@ -214,6 +218,26 @@ impl SwitchHandle {
     /// matched.
     pub async fn send(&self, message: Message) -> Result<(), DisconnectCause> {
         self.command(Command::Send { message }).await
+    }
+
+    /// Sends an ECHO_REQUEST at once (ahead of any queued batch or bundle) and returns how long
+    /// its ECHO_REPLY took, or None when none came within `within` or the session ended: is
+    /// the switch on this connection still there?
+    pub async fn probe(&self, within: std::time::Duration) -> Option<std::time::Duration> {
+        let t0 = std::time::Instant::now();
+        let (tx, rx) = oneshot::channel();
+        let answered = async {
+            self.probes.send(tx).await.ok()?;
+            match rx.await {
+                Ok(Ok(Reply::Echo)) => Some(()),
+                _ => None,
+            }
+        };
+        tokio::time::timeout(within, answered)
+            .await
+            .ok()
+            .flatten()
+            .map(|()| t0.elapsed())
     }
 
     /// Sends a BARRIER_REQUEST and awaits its reply.

@@ -24,6 +24,6 @@ pub use error::{
 };
 pub use fsm::{FsmConfig, SwitchInfo};
 pub use handle::{ConnId, SessionEvent, SessionStats, SwitchHandle};
-pub use listener::{Backoff, Connector, EventStream, Listener, Target};
+pub use listener::{Backoff, Connector, EventStream, Listener, ListenerLimits, Target};
 pub use task::{run_session, run_session_with_cert, SessionConfig};
-pub use tls::{server_config, TlsError, TlsPem};
+pub use tls::{server_config, server_config_checked, ClientCheck, TlsError, TlsPem};

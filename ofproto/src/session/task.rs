@@ -92,6 +92,7 @@ struct Session {
     fsm: SessionFsm<Responder>,
     events: mpsc::UnboundedSender<SessionEvent>,
     cmd_tx: mpsc::Sender<Command>,
+    probe_tx: mpsc::Sender<ReplyTx>,
     closed_tx: watch::Sender<Option<DisconnectCause>>,
     wbuf: Vec<u8>,
     wpos: usize,
@@ -131,6 +132,7 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (cmd_tx, mut cmd_rx) = mpsc::channel(cfg.command_queue.max(1));
+    let (probe_tx, mut probe_rx) = mpsc::channel(4);
     let (closed_tx, _) = watch::channel(None);
     let mut s = Session {
         conn,
@@ -140,6 +142,7 @@ where
         cfg,
         events,
         cmd_tx,
+        probe_tx,
         closed_tx,
         wbuf: Vec::with_capacity(64 * 1024),
         wpos: 0,
@@ -170,6 +173,10 @@ where
                 Ok(0) => s.close_with(DisconnectCause::PeerClosed),
                 Ok(n) => {
                     framer.push(rbuf.get(..n).unwrap_or_default());
+                    // Probes go out even while the switch streams (the read is polled first).
+                    while let Ok(reply) = probe_rx.try_recv() {
+                        s.fsm.begin_echo(Responder { reply, fallback: None }, &mut s.outputs);
+                    }
                     s.on_bytes(&mut framer);
                 }
                 Err(e) => s.close_with(DisconnectCause::Io(e.to_string())),
@@ -197,6 +204,12 @@ where
                 if let Some(cmd) = cmd {
                     s.on_command(cmd);
                 }
+            },
+            // A liveness probe goes out at once, whatever is queued (it changes nothing).
+            Some(reply) = probe_rx.recv(), if s.fsm.is_ready() => {
+                let responder = Responder { reply, fallback: None };
+                s.fsm.begin_echo(responder, &mut s.outputs);
+                s.apply_outputs();
             },
         }
     }
@@ -524,6 +537,7 @@ impl Session {
                     );
                     let handle = SwitchHandle::new(
                         self.cmd_tx.clone(),
+                        self.probe_tx.clone(),
                         info.dpid,
                         self.conn,
                         self.closed_tx.subscribe(),

@@ -6,9 +6,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig};
 
 /// Why a TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -92,8 +94,94 @@ fn certs(what: &'static str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
     Ok(certs)
 }
 
+/// Decides whether a client certificate that the CA signed may connect at all (its DER
+/// end-entity certificate; `Err` says why not). The controller requires one that names a node.
+pub type ClientCheck = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
+/// The WebPKI verifier, then a [`ClientCheck`]: a certificate the check refuses ends the
+/// handshake (alert `certificate_unknown`), before any OpenFlow byte is read.
+struct CheckedClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    check: ClientCheck,
+}
+
+impl std::fmt::Debug for CheckedClientVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedClientVerifier")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the check refused a certificate (shown in the handshake's error).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
+impl ClientCertVerifier for CheckedClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        (self.check)(end_entity.as_ref()).map_err(|why| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+                Arc::new(Refused(why)),
+            )))
+        })?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 /// A rustls server configuration that requires and verifies client certificates.
 pub fn server_config(pem: &TlsPem) -> Result<Arc<ServerConfig>, TlsError> {
+    server_config_checked(pem, None)
+}
+
+/// [`server_config`], with `check` deciding whether a certificate of the CA may connect at
+/// all (refused at the handshake otherwise).
+pub fn server_config_checked(
+    pem: &TlsPem,
+    check: Option<ClientCheck>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for ca in certs("CA certificate", &pem.client_ca)? {
@@ -102,9 +190,16 @@ pub fn server_config(pem: &TlsPem) -> Result<Arc<ServerConfig>, TlsError> {
             source,
         })?;
     }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+    let mut verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+    if let Some(check) = check {
+        verifier = Arc::new(CheckedClientVerifier {
+            inner: verifier,
+            check,
+        });
+    }
     let chain = certs("certificate", &pem.cert_chain)?;
     let mut rd = &pem.key[..];
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut rd)

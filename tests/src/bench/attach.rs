@@ -73,6 +73,8 @@ pub(super) struct Cluster {
     per_sandbox: u32,
     pub(super) admin: AdminClient<tonic::transport::Channel>,
     pub(super) grpc: SocketAddr,
+    /// The controller's OpenFlow listener.
+    pub(super) openflow: SocketAddr,
     pub(super) metrics: SocketAddr,
     pub(super) controller_pid: u32,
     pub(super) sandbox_s: f64,
@@ -126,6 +128,7 @@ impl Cluster {
                 "--openflow-listen",
                 &of.to_string(),
             ])
+            .args(super::per_peer_flag(switches))
             .args(["--metrics-listen", &metrics.to_string(), "--log"])
             .arg(std::env::var("FLOWMESH_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
@@ -199,6 +202,7 @@ impl Cluster {
             per_sandbox,
             admin,
             grpc,
+            openflow: of,
             metrics,
             controller_pid,
             sandbox_s,

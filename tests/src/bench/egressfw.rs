@@ -262,6 +262,7 @@ async fn on_ovs(rules: u32, switches: u32) -> Result<Ovs, String> {
         .arg(&data)
         .args(["--grpc-listen", &grpc.to_string()])
         .args(["--openflow-listen", &of.to_string()])
+        .args(super::per_peer_flag(switches))
         .args(["--metrics-listen", &metrics.to_string(), "--log", "warn"])
         // One ovs-vswitchd serves every bridge: while it absorbs 8,000 flows per bridge it
         // answers echoes late; the default 2 s would drop switches mid-install.

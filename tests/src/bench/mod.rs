@@ -7,10 +7,21 @@ pub mod compute;
 pub mod egressfw;
 pub mod egressip;
 pub mod flows;
+pub mod hostile;
 pub mod netpol;
 pub mod push;
 pub mod scale;
 pub mod takeover;
+
+/// `--openflow-max-connections-per-peer` for a controller that `switches` bridges connect to
+/// from 127.0.0.1, with room for their reconnects (the default, 32 per address, is for real
+/// clusters, where every node connects from its own address).
+pub(crate) fn per_peer_flag(switches: u32) -> [String; 2] {
+    [
+        "--openflow-max-connections-per-peer".to_string(),
+        (u64::from(switches) * 2 + 64).to_string(),
+    ]
+}
 
 /// Waits (up to 20 s) until the controller `who` accepts connections on `grpc`.
 pub(crate) async fn wait_listening(grpc: std::net::SocketAddr, who: &str) -> Result<(), String> {

@@ -528,6 +528,7 @@ fn start_controller(
         )
         .args(["--grpc-listen", &grpc.to_string()])
         .args(["--openflow-listen", &of.to_string()])
+        .args(super::per_peer_flag(s.switches))
         .args(["--metrics-listen", &metrics.to_string()])
         .arg("--log")
         .arg(std::env::var("FLOWMESH_BENCH_LOG").unwrap_or_else(|_| "warn".into()))

@@ -10,6 +10,10 @@ use std::sync::Arc;
 /// SDN allowed 50).
 pub const MAX_EGRESS_RULES: usize = 10_000;
 
+/// Default of the most distinct `dnsName`s one project's firewall may use (every name is a
+/// lookup the controller repeats for as long as the policy exists).
+pub const DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE: usize = 256;
+
 /// What a rule does with the traffic it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EgressAction {
@@ -159,6 +163,20 @@ impl EgressFirewall {
         Ok(())
     }
 
+    /// The first rule whose `dnsName` is one distinct name more than `limit`: (its index,
+    /// the name).
+    pub fn rule_over_dns_limit(&self, limit: usize) -> Option<(usize, &str)> {
+        let mut seen = BTreeSet::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            if let EgressTo::DnsName(n) = &r.to {
+                if seen.insert(n.as_str()) && seen.len() > limit {
+                    return Some((i, n));
+                }
+            }
+        }
+        None
+    }
+
     /// The DNS names its rules use.
     pub fn dns_names(&self) -> impl Iterator<Item = &str> + '_ {
         self.rules.iter().filter_map(|r| match &r.to {
@@ -200,6 +218,8 @@ pub(super) struct EgressFirewalls {
     dns: BTreeMap<String, BTreeSet<Ipv4Addr>>,
     /// Bumped whenever a firewall or a name's addresses change.
     epoch: u64,
+    /// The most distinct DNS names a project's firewall may use (None: the default).
+    max_dns_names: Option<usize>,
 }
 
 impl ClusterModel {
@@ -230,6 +250,21 @@ impl ClusterModel {
             if **old == fw {
                 return Ok(Affected::none());
             }
+        }
+        let limit = self.egress_dns_name_limit();
+        if let Some((i, n)) = fw.rule_over_dns_limit(limit) {
+            return Err(EgressFirewallError::Invalid {
+                namespace: fw.namespace.clone(),
+                name: fw.name.clone(),
+                detail: format!(
+                    "spec.egress[{i}].to.dnsName: {n:?} would be the project's DNS name number {}; \
+                     a project may use at most {limit} distinct dnsNames \
+                     (flowmesh-controller --egress-dns-names-per-namespace); use cidrSelector \
+                     rules for the rest",
+                    limit + 1
+                ),
+            }
+            .into());
         }
         let ns = fw.namespace.clone();
         self.firewalls.by_namespace.insert(ns.clone(), Arc::new(fw));
@@ -264,6 +299,19 @@ impl ClusterModel {
     fn egress_names_changed(&mut self) {
         let used = self.egress_dns_names();
         self.firewalls.dns.retain(|n, _| used.contains(n));
+    }
+
+    /// The most distinct DNS names one project's firewall may use (checked when a firewall
+    /// is applied; firewalls restored from a snapshot are not checked again).
+    pub fn egress_dns_name_limit(&self) -> usize {
+        self.firewalls
+            .max_dns_names
+            .unwrap_or(DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE)
+    }
+
+    /// Sets [`ClusterModel::egress_dns_name_limit`] (at least 1).
+    pub fn set_egress_dns_name_limit(&mut self, limit: usize) {
+        self.firewalls.max_dns_names = Some(limit.max(1));
     }
 
     /// A project's EgressNetworkPolicy.
@@ -480,15 +528,20 @@ impl ClusterModel {
         fws: &[EgressFirewall],
         dns: &BTreeMap<String, Vec<Ipv4Addr>>,
     ) -> Result<(), ModelError> {
-        for f in fws {
+        // What was stored was accepted under the limit of its day: not checked again, so a
+        // lowered limit never stops a restart.
+        let limit = self.firewalls.max_dns_names.replace(usize::MAX);
+        let restored = fws.iter().try_for_each(|f| {
             if self.firewalls.by_namespace.contains_key(&f.namespace) {
                 return Err(ModelError::Duplicate {
                     kind: "egressnetworkpolicy",
                     name: format!("{}/{}", f.namespace, f.name),
                 });
             }
-            self.apply_egress_firewall(f.clone())?;
-        }
+            self.apply_egress_firewall(f.clone()).map(|_| ())
+        });
+        self.firewalls.max_dns_names = limit;
+        restored?;
         for (name, addrs) in dns {
             self.set_egress_dns_addresses(name, addrs.iter().copied().collect());
         }
@@ -610,6 +663,59 @@ mod tests {
         ] {
             assert!(normalize_dns_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn distinct_dns_names_past_the_limit_refuse_the_policy_and_name_the_rule() {
+        let mut m = model();
+        m.set_egress_dns_name_limit(2);
+        let rules = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| dns(EgressAction::Allow, n))
+                .collect::<Vec<_>>()
+        };
+        // A name used twice counts once.
+        m.apply_egress_firewall(fw("a", "x", rules(&["a.test", "b.test", "a.test"])))
+            .expect("two distinct names");
+        let e = m
+            .apply_egress_firewall(fw(
+                "a",
+                "x",
+                rules(&["a.test", "b.test", "a.test", "c.test"]),
+            ))
+            .expect_err("three");
+        let text = e.to_string();
+        assert!(
+            text.contains("spec.egress[3].to.dnsName")
+                && text.contains("\"c.test\"")
+                && text.contains("at most 2 distinct dnsNames")
+                && text.contains("--egress-dns-names-per-namespace"),
+            "{text}"
+        );
+        // Nothing changed; another project has a limit of its own.
+        assert_eq!(m.egress_firewall("a").map(|f| f.rules.len()), Some(3));
+        m.apply_egress_firewall(fw("b", "y", rules(&["c.test", "d.test"])))
+            .expect("project b");
+        // A policy accepted under a larger limit is restored whatever the default.
+        m.set_egress_dns_name_limit(DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE + 1);
+        let many: Vec<String> = (0..=DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE)
+            .map(|i| format!("n{i}.test"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        m.apply_egress_firewall(fw("a", "x", rules(&many)))
+            .expect("under the larger limit");
+        let restored = ClusterModel::restore(&m.snapshot()).expect("restore");
+        assert_eq!(restored.egress_firewalls().count(), 2);
+        assert_eq!(
+            restored.egress_dns_name_limit(),
+            DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE,
+            "the restored model keeps its own limit"
+        );
+        assert_eq!(
+            DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE,
+            model().egress_dns_name_limit()
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 
 pub use egress_firewall::{
     normalize_dns_name, EgressAction, EgressFirewall, EgressFirewallError, EgressRule, EgressTo,
-    FirewallPlan, FirewallStatus, MAX_EGRESS_RULES,
+    FirewallPlan, FirewallStatus, DEFAULT_MAX_DNS_NAMES_PER_NAMESPACE, MAX_EGRESS_RULES,
 };
 pub use egress_ip::{
     egress_mark, EgressError, EgressIpStatus, EgressPlan, EgressSnapshot, HostSubnetEgress,

@@ -6,20 +6,24 @@
 //! lookup that fails (timeout, SERVFAIL, no server) keeps the old addresses and is retried
 //! after `retry`; an answer that the name has no A record (NXDOMAIN, NODATA) is an answer:
 //! the name's flows go away. Only the flows of a name whose addresses changed are touched
-//! (the model's `set_egress_dns_addresses`, then the usual diff per switch).
+//! (the model's `set_egress_dns_addresses`, then the usual diff per switch). Every name has
+//! its own schedule and deadline, and stored changes are rate-limited
+//! ([`super::schedule`]).
 
 use crate::core::CoreHandle;
 use crate::error::ApiError;
 use crate::resources::egress_firewall as efw;
+use crate::resources::egress_firewall::schedule::{Limits, ProjectNames, Schedule};
 use crate::resources::nodes as ops;
 use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig, ResolverOpts};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::{ResolveErrorKind, Resolver};
-use kinds::egress_firewall::{self as shapes, DnsSchedule};
+use kinds::egress_firewall as shapes;
 use proto::admin as pa;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// Default shortest re-resolution interval, whatever the TTL says.
@@ -42,6 +46,8 @@ pub struct DnsConfig {
     pub retry: Duration,
     /// One query's timeout.
     pub timeout: Duration,
+    /// Names per project, lookups in flight, stored writes.
+    pub limits: Limits,
 }
 
 impl Default for DnsConfig {
@@ -52,6 +58,7 @@ impl Default for DnsConfig {
             ttl_ceiling: DEFAULT_TTL_CEILING,
             retry: DEFAULT_RETRY,
             timeout: Duration::from_secs(5),
+            limits: Limits::default(),
         }
     }
 }
@@ -133,8 +140,18 @@ fn unix_ms_in(d: Duration) -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Run the resolver until the core stops: picks up the names the firewalls use (checked
-/// every second), resolves each when due, and hands changed addresses to the core.
+/// How often the resolver re-reads the names the firewalls use.
+const NAMES_EVERY: Duration = Duration::from_secs(1);
+
+/// The wall clock now, Unix milliseconds.
+fn wall_ms() -> i64 {
+    unix_ms_in(Duration::ZERO)
+}
+
+/// Run the resolver until the core stops. Every name runs on its own schedule
+/// ([`super::schedule::Schedule`]): its lookup is a task of its own with its own deadline
+/// (`timeout`), so a slow or dead name delays no other, and changed answers are stored under
+/// the schedule's write limits, each write a task of its own.
 pub async fn run(core: CoreHandle, cfg: DnsConfig) {
     let resolver = match build_resolver(&cfg) {
         Ok(r) => r,
@@ -143,91 +160,119 @@ pub async fn run(core: CoreHandle, cfg: DnsConfig) {
             return;
         }
     };
-    let mut due: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut schedule: BTreeMap<String, DnsSchedule> = BTreeMap::new();
+    let mut sched = Schedule::new(cfg.limits, std::time::Instant::now());
+    let mut lookups: JoinSet<(String, LookupResult)> = JoinSet::new();
+    let mut writes: JoinSet<(String, Result<(), String>)> = JoinSet::new();
+    let mut next_names = Instant::now();
+    let mut shown_dirty = false;
+    let mut warned_capped: BTreeSet<String> = BTreeSet::new();
     loop {
-        let Ok((leads, names)) = core.read(|c| (c.leads(), c.model.egress_dns_names())).await
-        else {
-            return; // the core stopped
-        };
-        if !leads {
-            // A standby resolves nothing: the leader's results reach it by the store's watch.
-            due.clear();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        due.retain(|n, _| names.contains(n));
-        schedule.retain(|n, _| names.contains(n));
-        let now = Instant::now();
-        for n in &names {
-            due.entry(n.clone()).or_insert(now);
-        }
-        let ready: Vec<String> = due
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        if !ready.is_empty() {
-            let results = futures_lookups(&resolver, &ready).await;
-            for (name, r) in results {
-                let (wait, error) = match r {
-                    LookupResult::Answer(addrs, ttl) => {
-                        if let Err(e) = efw::set_addresses(&core, name.clone(), addrs).await {
-                            tracing::warn!(name = %name, error = %e, "egress firewall DNS: addresses not applied");
-                        }
-                        (cfg.clamp(ttl), String::new())
-                    }
-                    LookupResult::Failed(e) => {
-                        tracing::warn!(name = %name, error = %e, "egress firewall DNS: lookup failed; keeping the old addresses");
-                        (cfg.retry, e)
-                    }
-                };
-                due.insert(name.clone(), Instant::now() + wait);
-                schedule.insert(
-                    name,
-                    DnsSchedule {
-                        next_refresh_unix_ms: unix_ms_in(wait),
-                        last_error: error,
-                    },
-                );
+        if Instant::now() >= next_names {
+            next_names = Instant::now() + NAMES_EVERY;
+            let read = core
+                .read(|c| {
+                    let projects: Vec<ProjectNames> = c
+                        .model
+                        .egress_firewalls()
+                        .map(|f| {
+                            (
+                                f.namespace.clone(),
+                                f.dns_names().map(str::to_string).collect(),
+                            )
+                        })
+                        .collect();
+                    let stored: BTreeMap<String, BTreeSet<Ipv4Addr>> = c
+                        .model
+                        .egress_dns_all()
+                        .map(|(n, a)| (n.to_string(), a.clone()))
+                        .collect();
+                    (c.leads(), projects, stored)
+                })
+                .await;
+            let Ok((leads, projects, stored)) = read else {
+                return; // the core stopped
+            };
+            if !leads {
+                // A standby resolves nothing: the leader's results reach it by the store's
+                // watch. Whatever is in flight is dropped.
+                lookups.abort_all();
+                writes.abort_all();
+                sched = Schedule::new(cfg.limits, std::time::Instant::now());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
             }
-            let s = schedule.clone();
+            sched.sync(&projects, &stored, std::time::Instant::now());
+            for (name, s) in sched.shown() {
+                if s.next_refresh_unix_ms == 0
+                    && !s.last_error.is_empty()
+                    && warned_capped.insert(name.clone())
+                {
+                    tracing::warn!(name = %name, "egress firewall DNS: {}", s.last_error);
+                }
+            }
+            shown_dirty = true;
+        }
+        let now = std::time::Instant::now();
+        for name in sched.due_lookups(now) {
+            let (r, timeout) = (resolver.clone(), cfg.timeout);
+            lookups.spawn(async move {
+                // The resolver's own timeout, and a deadline of our own in case it overruns.
+                let res =
+                    match tokio::time::timeout(timeout + Duration::from_secs(1), lookup(&r, &name))
+                        .await
+                    {
+                        Ok(res) => res,
+                        Err(_) => LookupResult::Failed(format!("no answer within {timeout:?}")),
+                    };
+                (name, res)
+            });
+        }
+        for (name, addrs) in sched.due_writes(now) {
+            let core = core.clone();
+            writes.spawn(async move {
+                let r = efw::set_addresses(&core, name.clone(), addrs)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                (name, r)
+            });
+        }
+        if shown_dirty {
+            shown_dirty = false;
+            let s = sched.shown();
             if core.read(move |c| c.dns_schedule = s).await.is_err() {
                 return;
             }
         }
-        let next = due.values().min().copied();
-        let wake = match next {
-            Some(t) => t.min(Instant::now() + Duration::from_secs(1)),
-            None => Instant::now() + Duration::from_secs(1),
-        };
-        tokio::time::sleep_until(wake).await;
-    }
-}
-
-/// Resolve many names at once (at most 64 in flight).
-async fn futures_lookups(
-    resolver: &Resolver<TokioConnectionProvider>,
-    names: &[String],
-) -> Vec<(String, LookupResult)> {
-    let mut out = Vec::with_capacity(names.len());
-    for chunk in names.chunks(64) {
-        let mut set = tokio::task::JoinSet::new();
-        for n in chunk {
-            let r = resolver.clone();
-            let n = n.clone();
-            set.spawn(async move {
-                let res = lookup(&r, &n).await;
-                (n, res)
-            });
-        }
-        while let Some(j) = set.join_next().await {
-            if let Ok(x) = j {
-                out.push(x);
+        let wake = sched
+            .next_wake()
+            .map(Instant::from_std)
+            .unwrap_or(next_names)
+            .min(next_names);
+        tokio::select! {
+            Some(done) = lookups.join_next(), if !lookups.is_empty() => {
+                let Ok((name, result)) = done else { continue };
+                let result = match result {
+                    LookupResult::Answer(addrs, ttl) => Ok((addrs, cfg.clamp(ttl))),
+                    LookupResult::Failed(e) => {
+                        tracing::warn!(name = %name, error = %e, "egress firewall DNS: lookup failed; keeping the old addresses");
+                        Err((e, cfg.retry))
+                    }
+                };
+                sched.lookup_done(&name, result, std::time::Instant::now(), wall_ms());
+                shown_dirty = true;
             }
+            Some(done) = writes.join_next(), if !writes.is_empty() => {
+                let Ok((name, result)) = done else { continue };
+                if let Err(e) = &result {
+                    tracing::warn!(name = %name, error = %e, "egress firewall DNS: addresses not applied");
+                }
+                sched.write_done(&name, result, std::time::Instant::now());
+                shown_dirty = true;
+            }
+            _ = tokio::time::sleep_until(wake) => {}
         }
     }
-    out
 }
 
 /// `ApplyEgressNetworkPolicy`: check like `apply -f`, then create or replace.

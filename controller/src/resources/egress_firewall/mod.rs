@@ -2,6 +2,7 @@
 //! and the store. The outside shapes and their conversions are `kinds::egress_firewall`.
 
 pub mod dns;
+pub mod schedule;
 
 use crate::core::changes::{dropped_dns_changes, resolved_names};
 use crate::core::{CoreHandle, Effects, Event};

@@ -6,7 +6,7 @@
 //! | cluster network config | `network.openshift.io/v1` ClusterNetwork `default` |
 //! | node (subnet, datapath) | HostSubnet named after the node (+ annotations [`DPID`], [`POD_IP_CURSOR`]) |
 //! | namespace (NETID, labels, multicast) | NetNamespace (netid, multicast annotation) + the Namespace's labels |
-//! | pod attachment | the Pod: its annotation [`ATTACHMENT`], its labels and named container ports |
+//! | pod attachment | `flowmesh.io/v1` PodAttachment `NAMESPACE.POD` (cluster-scoped, written only by flowmesh; its node must be the Pod's `spec.nodeName`) + the Pod's labels and named container ports |
 //! | NetworkPolicy | `networking.k8s.io/v1` NetworkPolicy |
 //! | EgressNetworkPolicy | `network.openshift.io/v1` EgressNetworkPolicy |
 //! | egress IPs | NetNamespace `egressIPs`; HostSubnet `egressIPs` / `egressCIDRs` (with egressCIDRs, `egressIPs` holds the controller's automatic assignments, as in OpenShift) |
@@ -34,6 +34,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy as K8sPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kinds::flowmesh::{attachment_name, PodAttachment, PodAttachmentSpec};
 use kinds::openshift::{
     ClusterNetwork, ClusterNetworkEntry, EgressNetworkPolicy, EgressNetworkPolicyPeer,
     EgressNetworkPolicyRule, EgressNetworkPolicySpec, HostSubnet, NetNamespace,
@@ -57,13 +58,18 @@ use topology::model::{
 };
 use topology::{ClusterNetworkConfig, Ipv4Cidr, Mode};
 
+mod attachments;
 mod store;
 mod writes;
 
+pub use attachments::{AttachmentTidy, PodBinding};
 pub use store::KubeStore;
 pub use writes::client_for;
 
-/// The Pod annotation holding the attachment (node, OVS port, ofport, IP) as JSON.
+/// The Pod annotation that held the attachment (node, OVS port, ofport, IP) as JSON before
+/// attachments moved into [`PodAttachment`] objects. Anyone who may patch a Pod can write it,
+/// so it is ignored (and reported), or imported once with
+/// [`KubeConfig::import_attachment_annotations`] (docs/operations.md, "Upgrading").
 pub const ATTACHMENT: &str = "flowmesh.io/attachment";
 /// The HostSubnet annotation holding the node's datapath id (`0x` and 16 hex digits, as
 /// `apply -f` reads it).
@@ -90,6 +96,11 @@ pub struct KubeConfig {
     pub namespace: String,
     /// How long the first complete listing may take.
     pub sync_timeout: Duration,
+    /// Take a pod's attachment from its legacy [`ATTACHMENT`] annotation when it has no
+    /// PodAttachment, its node is the Pod's `spec.nodeName` and its IP the Pod's
+    /// `status.podIP` (both written by the cluster, not by tenants); the leader then writes
+    /// the PodAttachment and removes the annotation. For upgrading from the annotations.
+    pub import_attachment_annotations: bool,
 }
 
 impl Default for KubeConfig {
@@ -98,6 +109,7 @@ impl Default for KubeConfig {
             kubeconfig: None,
             namespace: "flowmesh".into(),
             sync_timeout: Duration::from_secs(60),
+            import_attachment_annotations: false,
         }
     }
 }
@@ -108,7 +120,7 @@ pub fn dpid_from_ip(ip: Ipv4Addr) -> u64 {
     u64::from(u32::from(ip))
 }
 
-/// What a Pod's [`ATTACHMENT`] annotation holds.
+/// What a Pod's legacy [`ATTACHMENT`] annotation holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
@@ -143,9 +155,11 @@ pub enum Kind {
     EgressNetworkPolicy,
     /// flowmesh's ConfigMaps.
     ConfigMap,
+    /// `flowmesh.io/v1` PodAttachment.
+    PodAttachment,
 }
 
-const KINDS: [Kind; 9] = [
+const KINDS: [Kind; 10] = [
     Kind::Node,
     Kind::Namespace,
     Kind::Pod,
@@ -155,6 +169,7 @@ const KINDS: [Kind; 9] = [
     Kind::NetworkPolicy,
     Kind::EgressNetworkPolicy,
     Kind::ConfigMap,
+    Kind::PodAttachment,
 ];
 
 /// A Kubernetes Node as the master needs it.
@@ -170,8 +185,14 @@ pub struct NodeView {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodView {
     rv: String,
+    uid: String,
     labels: Labels,
     ports: Vec<ContainerPort>,
+    /// `spec.nodeName` (the scheduler's binding).
+    node_name: Option<String>,
+    /// `status.podIP` (the kubelet's report).
+    pod_ip: Option<String>,
+    /// The legacy [`ATTACHMENT`] annotation.
     attachment: Option<String>,
 }
 
@@ -212,6 +233,7 @@ enum Obj {
     NetworkPolicy(Box<K8sPolicy>),
     EgressNetworkPolicy(Box<EgressNetworkPolicy>),
     ConfigMap(Box<ConfigMap>),
+    PodAttachment(Box<PodAttachment>),
 }
 
 fn meta_rv(m: &ObjectMeta) -> String {
@@ -230,6 +252,7 @@ impl Obj {
             Obj::NetworkPolicy(o) => meta_rv(&o.metadata),
             Obj::EgressNetworkPolicy(o) => meta_rv(&o.metadata),
             Obj::ConfigMap(o) => meta_rv(&o.metadata),
+            Obj::PodAttachment(o) => meta_rv(&o.metadata),
         }
     }
 }
@@ -260,8 +283,19 @@ fn pod_view(p: &Pod) -> PodView {
     }
     PodView {
         rv: meta_rv(&p.metadata),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
         labels: labels_of(&p.metadata),
         ports,
+        node_name: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty()),
+        pod_ip: p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty()),
         attachment: annotation(&p.metadata, ATTACHMENT).map(str::to_string),
     }
 }
@@ -314,6 +348,11 @@ struct Cache {
     changed: Option<tokio::sync::watch::Sender<u64>>,
     /// Objects whose record could not be derived, with the reason (logged once per version).
     refused: HashMap<ObjKey, String>,
+    /// [`KubeConfig::import_attachment_annotations`].
+    import_annotations: bool,
+    /// What the leader's attachment tidying looks at next: Pods and PodAttachments changed
+    /// since its last pass, or everything after a fresh listing of either.
+    tidy: attachments::TidyQueue,
 }
 
 fn lock(m: &Mutex<Cache>) -> std::sync::MutexGuard<'_, Cache> {
@@ -369,6 +408,9 @@ impl Cache {
                 Some(k) => vec![k],
                 None => vec![],
             },
+            Obj::PodAttachment(a) => {
+                vec![RecordKey::Pod(a.spec.namespace.clone(), a.spec.pod.clone())]
+            }
         }
     }
 
@@ -434,14 +476,8 @@ impl Cache {
                 )
             }
             RecordKey::Pod(ns, n) => {
-                let Some(Obj::Pod(v)) = self.get(Kind::Pod, ns, n) else {
-                    return None;
-                };
-                let text = v.attachment.as_deref()?;
-                (
-                    (Kind::Pod, ns.clone(), n.clone()),
-                    pod_record(ns, n, v, text).map(Record::Pod),
-                )
+                let (obj, r) = self.derive_pod(ns, n)?;
+                (obj, r.map(Record::Pod))
             }
             RecordKey::NetworkPolicy(ns, n) => {
                 let Some(Obj::NetworkPolicy(p)) = self.get(Kind::NetworkPolicy, ns, n) else {
@@ -501,13 +537,18 @@ impl Cache {
                 Some(r)
             }
             Err(reason) => {
-                let seen = self.refused.get(&obj) == Some(&reason);
-                if !seen {
-                    tracing::warn!(object = %format!("{:?} {}/{}", obj.0, obj.1, obj.2), %reason, "kubernetes object refused; flowmesh ignores it until it is fixed");
-                    self.refused.insert(obj, reason);
-                }
+                self.refuse(obj, reason);
                 None
             }
+        }
+    }
+
+    /// Note an object flowmesh cannot use, and why (logged once per reason; reported as a
+    /// Warning event by the leader, counted in the metrics).
+    fn refuse(&mut self, obj: ObjKey, reason: String) {
+        if self.refused.get(&obj) != Some(&reason) {
+            tracing::warn!(object = %format!("{:?} {}/{}", obj.0, obj.1, obj.2), %reason, "kubernetes object refused; flowmesh ignores it until it is fixed");
+            self.refused.insert(obj, reason);
         }
     }
 
@@ -559,6 +600,7 @@ impl Cache {
                 return Vec::new();
             }
         }
+        self.tidy.changed(&k);
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
         let old = self.objs.get(&k);
         if let Some(old) = old {
@@ -585,6 +627,7 @@ impl Cache {
 
     /// Replace every object of a kind (a fresh listing).
     fn reset(&mut self, kind: Kind, objs: Vec<(ObjKey, Obj)>, emit: bool) {
+        self.tidy.relisted(kind);
         let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
         let old: BTreeSet<ObjKey> = self.of_kind(kind).map(|(k, _)| k.clone()).collect();
         for k in &old {
@@ -791,25 +834,6 @@ fn namespace_info(
         labels,
         multicast,
         acl_logging: acl.and_then(|v| parse_acl_logging_lenient(v).0),
-    })
-}
-
-fn pod_record(ns: &str, name: &str, v: &PodView, text: &str) -> Result<PodRecord, String> {
-    let a: Attachment =
-        serde_json::from_str(text).map_err(|e| format!("annotation {ATTACHMENT}: {e}"))?;
-    Ok(PodRecord {
-        info: topology::PodInfo {
-            key: PodKey {
-                namespace: ns.to_string(),
-                name: name.to_string(),
-            },
-            node: a.node,
-            port_name: a.port_name,
-            ofport: a.ofport,
-            ip: a.ip,
-            labels: v.labels.clone(),
-            ports: v.ports.clone(),
-        },
     })
 }
 

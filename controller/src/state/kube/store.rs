@@ -1,15 +1,16 @@
 //! The Kubernetes datastore's [`KubeStore`]: the watchers that fill the cache, the records
 //! derived from it, and the [`StateBackend`] it implements (writes planned from the cache).
 
+use super::attachments::attachment_spec;
 use super::writes::*;
 use super::*;
 
 /// The Kubernetes datastore.
 pub struct KubeStore {
     rt: Option<tokio::runtime::Runtime>,
-    client: Client,
-    cfg: KubeConfig,
-    cache: Arc<Mutex<Cache>>,
+    pub(super) client: Client,
+    pub(super) cfg: KubeConfig,
+    pub(super) cache: Arc<Mutex<Cache>>,
     changed: tokio::sync::watch::Receiver<u64>,
     fence: crate::state::Fence,
 }
@@ -36,6 +37,7 @@ impl KubeStore {
         let (tx, changed) = tokio::sync::watch::channel(0u64);
         let cache = Arc::new(Mutex::new(Cache {
             changed: Some(tx),
+            import_annotations: cfg.import_attachment_annotations,
             ..Default::default()
         }));
         let store = KubeStore {
@@ -108,6 +110,7 @@ impl KubeStore {
                     Kind::NetworkPolicy => ("networking.k8s.io/v1", "NetworkPolicy"),
                     Kind::EgressNetworkPolicy => ("network.openshift.io/v1", "EgressNetworkPolicy"),
                     Kind::ConfigMap => ("v1", "ConfigMap"),
+                    Kind::PodAttachment => ("flowmesh.io/v1", "PodAttachment"),
                 };
                 let ns = match (kind, ns.is_empty()) {
                     (Kind::ConfigMap, _) => Some(self.cfg.namespace.clone()),
@@ -135,7 +138,7 @@ impl KubeStore {
 
     /// Run one API request `f` on the store's runtime and wait for it, at most
     /// [`REQUEST_TIMEOUT`] (a hung API server must not hold the core up).
-    fn block<F>(&self, f: F) -> Result<F::Output, StoreError>
+    pub(super) fn block<F>(&self, f: F) -> Result<F::Output, StoreError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -254,6 +257,19 @@ impl KubeStore {
                 Some((
                     (Kind::EgressNetworkPolicy, ns, p.name_any()),
                     Obj::EgressNetworkPolicy(Box::new(p)),
+                ))
+            },
+        ));
+        rt.spawn(follow(
+            Api::<PodAttachment>::all(c.clone()),
+            cfg.clone(),
+            Kind::PodAttachment,
+            cache.clone(),
+            |a: PodAttachment| {
+                let name = a.metadata.name.clone()?;
+                Some((
+                    (Kind::PodAttachment, String::new(), name),
+                    Obj::PodAttachment(Box::new(a)),
                 ))
             },
         ));
@@ -402,7 +418,7 @@ impl KubeStore {
                 match cur {
                     Some(_) if !exists => {}
                     Some(v) if v.labels != info.labels || acl_differs(&v, info) => {
-                        let mut patch = labels_patch(&v.rv, &v.labels, &info.labels, None);
+                        let mut patch = labels_patch(&v.rv, &v.labels, &info.labels);
                         if acl_differs(&v, info) {
                             let value = match info.acl_logging {
                                 Some(a) => serde_json::Value::String(a.to_annotation()),
@@ -436,30 +452,48 @@ impl KubeStore {
                         "pod {pns}/{pname} is not in the Kubernetes API: flowmesh attaches only pods the API server has"
                     )));
                 };
-                let a = Attachment {
-                    node: p.info.node.clone(),
-                    port_name: p.info.port_name.clone(),
-                    ofport: p.info.ofport,
-                    ip: p.info.ip,
-                };
-                let text = serde_json::to_string(&a)
-                    .map_err(|e| StoreError::Transaction(e.to_string()))?;
+                // The scheduler's binding decides where a pod may be attached.
+                if v.node_name.as_deref() != Some(p.info.node.as_str()) {
+                    return Err(StoreError::Transaction(format!(
+                        "pod {pns}/{pname} is bound to {} (spec.nodeName), not to node {:?}: a pod is attached only on its own node",
+                        v.node_name.as_deref().map_or("no node".to_string(), |n| format!("node {n:?}")),
+                        p.info.node
+                    )));
+                }
+                let spec = attachment_spec(p, &v.uid);
+                let attached = c.records.contains_key(&key);
+                match c.pod_attachment(pns, pname) {
+                    Some(cur) if cur.spec == spec => {}
+                    Some(cur) => {
+                        let mut o = cur.clone();
+                        o.spec = spec;
+                        out.push(Write::PodAttachment(Op::Replace(o)));
+                    }
+                    None => out.push(Write::PodAttachment(Op::Create(PodAttachment::new(
+                        &attachment_name(pns, pname),
+                        spec,
+                    )))),
+                }
                 // The Pod's labels are the API's: a first attachment takes them from there,
                 // and only an attached pod's labels are edited through flowmesh.
-                let to = if v.attachment.is_some() {
-                    p.info.labels.clone()
-                } else {
-                    v.labels.clone()
-                };
-                out.push(Write::Pod(Op::Merge(
-                    pns.clone(),
-                    pname.clone(),
-                    labels_patch(&v.rv, &v.labels, &to, Some(serde_json::Value::String(text))),
-                )));
+                if attached && v.labels != p.info.labels {
+                    out.push(Write::Pod(Op::Merge(
+                        pns.clone(),
+                        pname.clone(),
+                        labels_patch(&v.rv, &v.labels, &p.info.labels),
+                    )));
+                }
             }
             Change::Delete(RecordKey::Pod(pns, pname)) => {
+                if c.pod_attachment(pns, pname).is_some() {
+                    out.push(Write::PodAttachment(Op::Delete(
+                        String::new(),
+                        attachment_name(pns, pname),
+                    )));
+                }
+                // An imported legacy annotation goes with the record it held.
                 if let Some(Obj::Pod(v)) = c.get(Kind::Pod, pns, pname) {
-                    if v.attachment.is_some() {
+                    if v.attachment.is_some() && self.cfg.import_attachment_annotations {
                         out.push(Write::Pod(Op::Merge(
                             pns.clone(),
                             pname.clone(),
@@ -576,6 +610,36 @@ impl KubeStore {
 }
 
 impl KubeStore {
+    /// Carry out one object write now and bring the cache up to it (changed records go to
+    /// the watchers).
+    pub(super) fn write_now(&self, w: Write) -> Result<(), StoreError> {
+        let target = w.target(&self.cfg.namespace);
+        let delete = w.is_delete();
+        match self.block(execute(self.client.clone(), w))? {
+            Ok(after) => {
+                let mut c = lock(&self.cache);
+                match after {
+                    Some((k, o)) => {
+                        c.set(k, Some(o), true);
+                    }
+                    None if delete => {
+                        c.set(target, None, true);
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
+            Err((what, e)) => match api_error(&what, e) {
+                // Changed meanwhile: the next pass looks again.
+                WriteError::Conflict(m) => {
+                    tracing::debug!(message = %m, "kubernetes write conflict; left for the next pass");
+                    Ok(())
+                }
+                WriteError::Other(e) => Err(e),
+            },
+        }
+    }
+
     /// Write one change (retrying a conflict with an unrelated writer); the records it changed.
     fn write_change(
         &self,

@@ -15,6 +15,7 @@ pub(super) enum Write {
     EgressNetworkPolicy(Op<EgressNetworkPolicy>),
     ConfigMap(Op<ConfigMap>),
     ClusterNetwork(Op<ClusterNetwork>),
+    PodAttachment(Op<PodAttachment>),
 }
 
 pub(super) enum Op<T> {
@@ -24,6 +25,8 @@ pub(super) enum Op<T> {
     Merge(String, String, serde_json::Value),
     /// Delete by namespace and name (absent is fine).
     Delete(String, String),
+    /// Delete by namespace and name if still at this resourceVersion (absent is fine).
+    DeleteAt(String, String, String),
 }
 
 /// The HostSubnet write that stores a node record (its allocation, datapath id and pod-IP
@@ -55,14 +58,8 @@ pub(super) fn host_subnet_write(c: &Cache, n: &topology::model::NodeRecord) -> W
     })
 }
 
-/// A merge patch of labels from `from` to `to` (and the attachment annotation, if given),
-/// expecting resourceVersion `rv`.
-pub(super) fn labels_patch(
-    rv: &str,
-    from: &Labels,
-    to: &Labels,
-    attachment: Option<serde_json::Value>,
-) -> serde_json::Value {
+/// A merge patch of labels from `from` to `to`, expecting resourceVersion `rv`.
+pub(super) fn labels_patch(rv: &str, from: &Labels, to: &Labels) -> serde_json::Value {
     let mut labels = serde_json::Map::new();
     for (k, v) in to {
         if from.get(k) != Some(v) {
@@ -78,9 +75,6 @@ pub(super) fn labels_patch(
     meta.insert("resourceVersion".into(), rv.into());
     if !labels.is_empty() {
         meta.insert("labels".into(), labels.into());
-    }
-    if let Some(a) = attachment {
-        meta.insert("annotations".into(), serde_json::json!({ ATTACHMENT: a }));
     }
     serde_json::json!({ "metadata": meta })
 }
@@ -285,6 +279,20 @@ pub(super) async fn execute(
                     Err(e) => Err((format!("delete {}", what(&ns, &name)), e)),
                 }
             }
+            Op::DeleteAt(ns, name, rv) => {
+                let dp = DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        resource_version: Some(rv),
+                        uid: None,
+                    }),
+                    ..Default::default()
+                };
+                match api_for(&ns).delete(&name, &dp).await {
+                    Ok(_) => Ok(None),
+                    Err(e) if is_not_found(&e) => Ok(None),
+                    Err(e) => Err((format!("delete {}", what(&ns, &name)), e)),
+                }
+            }
         }
     }
     let c = client;
@@ -359,6 +367,12 @@ pub(super) async fn execute(
                     Obj::ConfigMap(Box::new(m)),
                 )
             }),
+        Write::PodAttachment(op) => run(|_| Api::<PodAttachment>::all(c.clone()), op)
+            .await?
+            .and_then(|a| {
+                cluster(Kind::PodAttachment, a.metadata.name.clone())
+                    .map(|k| (k, Obj::PodAttachment(Box::new(a))))
+            }),
     })
 }
 
@@ -371,7 +385,9 @@ impl Write {
                     o.meta().namespace.clone().unwrap_or_default(),
                     o.meta().name.clone().unwrap_or_default(),
                 ),
-                Op::Merge(ns, n, _) | Op::Delete(ns, n) => (ns.clone(), n.clone()),
+                Op::Merge(ns, n, _) | Op::Delete(ns, n) | Op::DeleteAt(ns, n, _) => {
+                    (ns.clone(), n.clone())
+                }
             }
         }
         let (kind, (ns, name)) = match self {
@@ -383,6 +399,7 @@ impl Write {
             Write::EgressNetworkPolicy(op) => (Kind::EgressNetworkPolicy, of(op)),
             Write::ConfigMap(op) => (Kind::ConfigMap, of(op)),
             Write::ClusterNetwork(op) => (Kind::ClusterNetwork, of(op)),
+            Write::PodAttachment(op) => (Kind::PodAttachment, of(op)),
         };
         // flowmesh's ConfigMaps are keyed without their (fixed) namespace.
         let ns = if kind == Kind::ConfigMap && ns == own_ns {
@@ -394,17 +411,20 @@ impl Write {
     }
 
     pub(super) fn is_delete(&self) -> bool {
-        matches!(
-            self,
-            Write::HostSubnet(Op::Delete(..))
-                | Write::NetNamespace(Op::Delete(..))
-                | Write::Namespace(Op::Delete(..))
-                | Write::Pod(Op::Delete(..))
-                | Write::NetworkPolicy(Op::Delete(..))
-                | Write::EgressNetworkPolicy(Op::Delete(..))
-                | Write::ConfigMap(Op::Delete(..))
-                | Write::ClusterNetwork(Op::Delete(..))
-        )
+        fn del<T>(op: &Op<T>) -> bool {
+            matches!(op, Op::Delete(..) | Op::DeleteAt(..))
+        }
+        match self {
+            Write::HostSubnet(op) => del(op),
+            Write::NetNamespace(op) => del(op),
+            Write::Namespace(op) => del(op),
+            Write::Pod(op) => del(op),
+            Write::NetworkPolicy(op) => del(op),
+            Write::EgressNetworkPolicy(op) => del(op),
+            Write::ConfigMap(op) => del(op),
+            Write::ClusterNetwork(op) => del(op),
+            Write::PodAttachment(op) => del(op),
+        }
     }
 }
 
@@ -453,6 +473,10 @@ pub(super) async fn reread(
             .get_opt(&name)
             .await?
             .map(|o| Obj::ConfigMap(Box::new(o))),
+        Kind::PodAttachment => Api::<PodAttachment>::all(client)
+            .get_opt(&name)
+            .await?
+            .map(|o| Obj::PodAttachment(Box::new(o))),
     })
 }
 
@@ -508,7 +532,7 @@ mod tests {
     fn labels_patch_sets_changed_and_removes_dropped() {
         let from: Labels = [("a".into(), "1".into()), ("b".into(), "2".into())].into();
         let to: Labels = [("a".into(), "1".into()), ("c".into(), "3".into())].into();
-        let p = labels_patch("7", &from, &to, None);
+        let p = labels_patch("7", &from, &to);
         assert_eq!(
             p,
             serde_json::json!({"metadata": {"resourceVersion": "7", "labels": {"b": null, "c": "3"}}})

@@ -459,3 +459,172 @@ fn xid_ranges_never_wrap() {
     assert_eq!(fsm.owner(11), Some(1));
     assert_eq!(fsm.owner(12), None);
 }
+
+fn closed_over_limit(out: &[Output<&'static str>]) -> Option<String> {
+    out.iter().find_map(|o| match o {
+        Output::Close(DisconnectCause::OverLimit(why)) => Some(why.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn port_status_adds_past_the_port_limit_close_the_session() {
+    let cfg = FsmConfig {
+        max_ports: 5,
+        ..FsmConfig::default()
+    };
+    // The handshake reported ports 1 and 2.
+    let (mut fsm, t0) = ready(cfg);
+    let add = |no| {
+        Message::PortStatus(PortStatus {
+            reason: 0,
+            desc: port(no),
+        })
+    };
+    for no in 3..=5 {
+        let out = feed(&mut fsm, add(no), 0, t0);
+        assert!(matches!(&out[..], [Output::PortStatus(_)]), "{out:?}");
+    }
+    // A change of a known port, or a delete and a re-add, is no growth.
+    let out = feed(&mut fsm, add(5), 0, t0);
+    assert!(matches!(&out[..], [Output::PortStatus(_)]), "{out:?}");
+    let del = Message::PortStatus(PortStatus {
+        reason: 1,
+        desc: port(5),
+    });
+    feed(&mut fsm, del, 0, t0);
+    feed(&mut fsm, add(6), 0, t0);
+    assert!(fsm.is_ready());
+    assert_eq!(fsm.ports().len(), 5);
+    let out = feed(&mut fsm, add(7), 0, t0);
+    let why = closed_over_limit(&out).expect("closed over the limit");
+    assert!(why.contains("more than 5 ports"), "{why}");
+    assert!(fsm.is_closed());
+    assert_eq!(fsm.ports().len(), 5, "the table did not grow");
+}
+
+#[test]
+fn a_port_description_past_the_port_limit_fails_the_handshake() {
+    let cfg = FsmConfig {
+        max_ports: 1,
+        ..FsmConfig::default()
+    };
+    let t0 = Instant::now();
+    let mut fsm = Fsm::new(cfg, t0);
+    let mut out = Vec::new();
+    fsm.start(&mut out);
+    feed(&mut fsm, Message::Hello(Hello::of13()), 1, t0);
+    let s = sent(&feed(&mut fsm, features(1), 2, t0));
+    let (pd_xid, _) = s
+        .iter()
+        .find(|(_, m)| matches!(m, Message::MultipartRequest(_)))
+        .cloned()
+        .expect("port desc request");
+    let reply = MultipartReply::new(MultipartReplyBody::PortDesc(vec![port(1), port(2)]));
+    let out = feed(&mut fsm, Message::MultipartReply(reply), pd_xid, t0);
+    assert!(closed_over_limit(&out).is_some(), "{out:?}");
+    assert!(!out.iter().any(|o| matches!(o, Output::Ready(_))));
+}
+
+#[test]
+fn a_multipart_reply_past_the_byte_limit_closes_the_session() {
+    let cfg = FsmConfig {
+        max_multipart_bytes: 100_000,
+        ..FsmConfig::default()
+    };
+    let (mut fsm, t0) = ready(cfg);
+    let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(
+        crate::message::FlowStatsRequest::all(),
+    )));
+    let xid = fsm.begin_request(&req, "read").expect("a request");
+    let part = || {
+        let stats = crate::message::FlowStats {
+            flow: Flow::new(0, 0, Match::new()),
+            duration_sec: 0,
+            duration_nsec: 0,
+            packet_count: 0,
+            byte_count: 0,
+        };
+        let mut m = MultipartReply::new(MultipartReplyBody::Flow(vec![stats; 500]));
+        m.flags = 1;
+        Message::MultipartReply(m)
+    };
+    let len = part().encode(xid).len();
+    assert!(len > 20_000 && len < 65_536, "{len}");
+    let mut fed = 0;
+    loop {
+        let msg = part();
+        let h = MessageHeader {
+            length: len as u16,
+            ..header(&msg, xid)
+        };
+        let mut out = Vec::new();
+        fsm.on_message(&h, msg, t0, &mut out);
+        fed += len;
+        if let Some(why) = closed_over_limit(&out) {
+            assert!(fed > 100_000 && fed <= 100_000 + len, "{fed}");
+            assert!(why.contains("100000 bytes"), "{why}");
+            assert!(
+                out.iter().any(|o| matches!(
+                    o,
+                    Output::Complete {
+                        responder: "read",
+                        result: Err(Failure::Closed(DisconnectCause::OverLimit(_)))
+                    }
+                )),
+                "{out:?}"
+            );
+            break;
+        }
+        assert!(fed < 200_000, "never closed");
+    }
+}
+
+#[test]
+fn an_echo_probe_is_sent_at_once_and_completed_by_its_reply() {
+    let (mut fsm, t0) = ready(FsmConfig::default());
+    // A batch in flight does not hold the probe back.
+    let _ = fsm.begin_batch(3, "batch");
+    let mut out = Vec::new();
+    fsm.begin_echo("probe", &mut out);
+    let s = sent(&out);
+    let [(xid, Message::EchoRequest(_))] = &s[..] else {
+        panic!("{s:?}")
+    };
+    let out = feed(&mut fsm, Message::EchoReply(Vec::new()), *xid, t0);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Complete {
+                responder: "probe",
+                result: Ok(Reply::Echo)
+            }]
+        ),
+        "{out:?}"
+    );
+    // Any message from the switch answers a probe too (a switch busy streaming a reply is
+    // alive), and a probe is answered once.
+    let mut out = Vec::new();
+    fsm.begin_echo("second", &mut out);
+    let mut more = MultipartReply::new(MultipartReplyBody::PortDesc(vec![port(9)]));
+    more.flags = 1;
+    let out = feed(&mut fsm, Message::MultipartReply(more), 0xdead, t0);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Complete {
+                responder: "second",
+                result: Ok(Reply::Echo)
+            }]
+        ),
+        "{out:?}"
+    );
+    let out = feed(&mut fsm, Message::EchoReply(Vec::new()), *xid + 1, t0);
+    assert!(out.is_empty(), "{out:?}");
+    // Closed: a probe is never answered (its responder is dropped).
+    let mut out = Vec::new();
+    fsm.close(DisconnectCause::LocalClose, &mut out);
+    let mut out = Vec::new();
+    fsm.begin_echo("late", &mut out);
+    assert!(out.is_empty());
+}
