@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::{arg_value, median};
 use crate::audit::{max_lines_per_second, syn_flood};
-use crate::e2e::{tcp_probe, CniCluster, ControllerOptions, TcpServer};
+use crate::e2e::{tcp_probe, CniCluster, ControllerOptions};
 
 const PORT: u16 = 8080;
 
@@ -33,6 +33,30 @@ fn percentile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let i = ((v.len() as f64 - 1.0) * q).round() as usize;
     v.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// A TCP server on `ip:port` in namespace `ns` that blocks in `accept` (the harness's
+/// `TcpServer` polls every 10 ms, which would hide a sub-millisecond exchange under its
+/// poll): reads each connection to its end and answers `ok`. Runs until the process exits.
+fn blocking_server(ns: &str, ip: std::net::Ipv4Addr, port: u16) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let l = crate::tcp::in_netns(ns, move || {
+        std::net::TcpListener::bind((ip, port)).map_err(|source| crate::HarnessError::Net {
+            context: format!("bind {ip}:{port}"),
+            source,
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = Vec::new();
+            if s.read_to_end(&mut buf).is_ok() {
+                let _ = s.write_all(b"ok");
+            }
+        }
+    });
+    Ok(())
 }
 
 /// `n` exchanges from `ns` to `to`: their times in ms, and how many failed.
@@ -108,7 +132,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let web = pod(1, "shop", "web")?;
     let client = pod(2, "tools", "client")?;
     let other = pod(1, "tools", "other")?;
-    let _srv = TcpServer::start(&other.ns, other.ip, PORT, "other").map_err(|e| e.to_string())?;
+    blocking_server(&other.ns, other.ip, PORT)?;
     let policy = write(
         "policy.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: deny-all\n  \
