@@ -450,6 +450,7 @@ async fn etcd_backend_guards_writes_watches_and_relists_after_compaction() {
             netid,
             labels: Default::default(),
             multicast: false,
+            acl_logging: None,
         })
     };
     let put = |r: Record, expected| Guarded {
