@@ -37,7 +37,7 @@ stop() {
 order=()
 for f in "$dir"/pids/node*-kubelet "$dir"/pids/node*-kube-proxy "$dir"/pids/node*-containerd \
   "$dir"/pids/node*-vswitchd "$dir"/pids/node*-ovsdb "$dir"/pids/scheduler \
-  "$dir"/pids/controller-manager "$dir"/pids/apiserver "$dir"/pids/etcd; do
+  "$dir"/pids/controller-manager "$dir"/pids/apiserver "$dir"/pids/etcd "$dir"/pids/syslog; do
   [[ -f $f ]] && order+=("$f")
 done
 for f in "${order[@]}"; do
@@ -59,6 +59,12 @@ if [[ -f $dir/cgroup ]]; then
     [[ -d $h${cg#/} ]] && find "$h${cg#/}" -depth -type d -exec rmdir {} + 2>/dev/null
   done
   rm -f "$dir/cgroup"
+fi
+
+# The /dev/log receiver kube-up started when the machine had none: its socket goes too.
+if [[ -f $dir/devlog-ours ]]; then
+  [[ -S /dev/log ]] && rm -f /dev/log
+  rm -f "$dir/devlog-ours"
 fi
 
 for m in "$dir"/ns/*.mnt; do

@@ -213,6 +213,27 @@ for c in admin controller-manager scheduler kube-proxy; do kubeconfig "$c" "$c";
 for i in $(seq 1 $NODES); do kubeconfig "node$i" "node$i"; done
 cd "$root"
 
+# --- the nodes' syslog socket ------------------------------------------------------------------
+# deploy/kubernetes/40-node.yaml mounts the node's /dev/log (a Socket hostPath: the shim's audit
+# log destination `syslog`), which every real node has from journald or rsyslog. This machine may
+# have none: then a small receiver binds /dev/log for the cluster's lifetime (the nodes share the
+# host's /dev) and keeps what it gets in logs/syslog.log; kube-down stops it and removes the socket.
+if [[ ! -S /dev/log ]]; then
+  [[ -e /dev/log ]] && fail "/dev/log exists and is not a socket"
+  log "/dev/log: none on this machine, a receiver for the cluster's lifetime"
+  spawn syslog $CP - - python3 -u -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+os.chmod("/dev/log", 0o666)
+out = open(sys.argv[1], "ab", buffering=0)
+while True:
+    out.write(s.recv(65536).rstrip(b"\n") + b"\n")
+' "$dir/logs/syslog.log"
+  touch "$dir/devlog-ours"
+  wait_for "/dev/log" 30 test -S /dev/log
+fi
+
 # --- control plane --------------------------------------------------------------------------
 log "etcd, kube-apiserver, controller-manager, scheduler"
 spawn etcd $CP - - etcd --name cp --data-dir "$dir/etcd" \
