@@ -87,6 +87,6 @@ fi
 
 # State: everything but the logs (kept for a look after a failure) unless --purge.
 rm -rf "$dir/nodes" "$dir/etcd" "$dir/pki" "$dir/flowmesh-pki" "$dir/pids" "$dir/ns" \
-  "$dir/run" "$dir/deploy" "$dir/up" "$dir/env" "$dir/mode" "$dir/resolv.conf"
+  "$dir/run" "$dir/deploy" "$dir/up" "$dir/env" "$dir/mode" "$dir/key" "$dir/resolv.conf"
 if $purge; then rm -rf "$dir"; else log "logs kept in $dir/logs"; fi
 exit 0

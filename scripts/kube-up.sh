@@ -22,7 +22,7 @@
 # DIR holds flowmesh's release binaries (scripts/images.sh). State, logs and kubeconfigs live in
 # ${FLOWMESH_CLUSTER_DIR:-/var/lib/flowmesh-kube}; the last line printed is that directory
 # (its env file has KUBECONFIG and the namespaces' names). A cluster already up is reused when
-# it is healthy. On failure the script says where the logs are. scripts/kube-down.sh stops it.
+# it is healthy and was made in the same mode from the same images, manifests and script. On failure the script says where the logs are. scripts/kube-down.sh stops it.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,22 +61,6 @@ mkdir -p "$dir"
 exec 8>"$dir.lock"
 flock 8
 
-# Reuse a healthy cluster of the same mode.
-if [[ -f $dir/env && -f $dir/up ]] && [[ $(cat "$dir/mode" 2>/dev/null) == "$mode" ]]; then
-  # Only the two values needed here (sourcing the file would redefine this script's constants).
-  up_bin=$(sed -n 's/^UPSTREAM_BIN=//p' "$dir/env")
-  up_kc=$(sed -n 's/^KUBECONFIG=//p' "$dir/env")
-  if ip netns exec $CP "$up_bin/kubectl" --kubeconfig "$up_kc" get --raw /readyz >/dev/null 2>&1; then
-    log "cluster in $dir is up (mode $mode)"
-    echo "$dir"
-    exit 0
-  fi
-fi
-if [[ -e $dir/up || -d $dir/nodes ]]; then
-  log "a cluster is left in $dir: stopping it first"
-  bash "$root/scripts/kube-down.sh"
-fi
-
 # --- what it needs ----------------------------------------------------------------------------
 need=()
 for pkg in openvswitch-switch iproute2 iptables conntrack etcd-server containernetworking-plugins openssl jq util-linux ethtool; do
@@ -94,9 +78,31 @@ flowmeshctl=$(awk '$1 ~ /flowmesh:/ {print $2}' "$image_list")
 [[ -s $flowmeshctl ]] || fail "no flowmesh image in $image_list"
 K=$UPSTREAM_BIN
 
+# Reuse a healthy cluster of the same mode made from the same images, manifests and script
+# (a rebuilt flowmesh binary gives a new image: the old cluster is stopped and a new one made).
+cluster_key=$(
+  { echo "$mode"; cat "$image_list"; cat "$root"/deploy/crds.yaml "$root"/deploy/kubernetes/*.yaml "$root/scripts/kube-up.sh"; } |
+    sha256sum | cut -c1-16
+)
+if [[ -f $dir/env && -f $dir/up ]] && [[ $(cat "$dir/key" 2>/dev/null) == "$cluster_key" ]]; then
+  # Only the two values needed here (sourcing the file would redefine this script's constants).
+  up_bin=$(sed -n 's/^UPSTREAM_BIN=//p' "$dir/env")
+  up_kc=$(sed -n 's/^KUBECONFIG=//p' "$dir/env")
+  if ip netns exec $CP "$up_bin/kubectl" --kubeconfig "$up_kc" get --raw /readyz >/dev/null 2>&1; then
+    log "cluster in $dir is up (mode $mode)"
+    echo "$dir"
+    exit 0
+  fi
+fi
+if [[ -e $dir/up || -d $dir/nodes ]]; then
+  log "a cluster is left in $dir (stopped, or made from other images, manifests or mode): stopping it first"
+  bash "$root/scripts/kube-down.sh"
+fi
+
 rm -rf "$dir/logs"
 mkdir -p "$dir"/{logs,pki,pids,ns,nodes,run}
 echo "$mode" >"$dir/mode"
+echo "$cluster_key" >"$dir/key"
 cat >"$dir/env" <<EOF
 UPSTREAM_BIN=$UPSTREAM_BIN
 KUBECONFIG=$dir/pki/admin.kubeconfig
