@@ -305,21 +305,23 @@ pub fn parse_pods(json: &str) -> Result<Vec<PodInfo>> {
         detail: e.to_string(),
     })?;
     let items = v["items"].as_array().cloned().unwrap_or_default();
-    Ok(items
-        .iter()
-        .map(|p| PodInfo {
-            name: p["metadata"]["name"].as_str().unwrap_or_default().into(),
-            node: p["spec"]["nodeName"].as_str().unwrap_or_default().into(),
-            ip: p["status"]["podIP"].as_str().unwrap_or_default().into(),
-            ready: p["status"]["conditions"]
-                .as_array()
-                .map(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-                .unwrap_or(false),
-        })
-        .collect())
+    Ok(items.iter().map(pod_info).collect())
+}
+
+/// What the tests need of one Pod object (as `kubectl get -o json` or a watch event shows it).
+pub fn pod_info(p: &serde_json::Value) -> PodInfo {
+    PodInfo {
+        name: p["metadata"]["name"].as_str().unwrap_or_default().into(),
+        node: p["spec"]["nodeName"].as_str().unwrap_or_default().into(),
+        ip: p["status"]["podIP"].as_str().unwrap_or_default().into(),
+        ready: p["status"]["conditions"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .unwrap_or(false),
+    }
 }
 
 fn checked(args: &[&str], out: Output) -> Result<String> {
