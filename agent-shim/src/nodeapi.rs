@@ -235,8 +235,7 @@ impl NodeApi {
         &self,
         node: &str,
     ) -> Result<tonic::Streaming<proto::node::AuditSettings>, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = proto::node::WatchAuditRequest {
                 node: node.to_owned(),
             };
@@ -253,8 +252,7 @@ impl NodeApi {
         node: &str,
         ips: Vec<String>,
     ) -> Result<Vec<proto::node::PodAddress>, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = proto::node::LookupPodsRequest {
                 node: node.to_owned(),
                 ips: ips.clone(),
@@ -306,6 +304,19 @@ mod tests {
             &self,
             _: Request<WatchEgressRequest>,
         ) -> Result<Response<Self::WatchEgressStream>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        type WatchAuditStream = tonic::codegen::BoxStream<proto::node::AuditSettings>;
+        async fn watch_audit(
+            &self,
+            _: Request<proto::node::WatchAuditRequest>,
+        ) -> Result<Response<Self::WatchAuditStream>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        async fn lookup_pods(
+            &self,
+            _: Request<proto::node::LookupPodsRequest>,
+        ) -> Result<Response<proto::node::LookupPodsReply>, Status> {
             Err(Status::unimplemented("not in this test"))
         }
     }
