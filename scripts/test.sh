@@ -73,6 +73,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 bash scripts/deps.sh
 cargo fmt --all -- --check
+# The upstream Kubernetes build (scripts/upstream.sh: cached outside the checkout, so nothing to
+# do on a second run; cold, most of an hour, much of it downloading Go modules) runs in the
+# background while the Rust workspace builds; it is waited for before the tests.
+upstream_log=$(mktemp -t flowmesh-upstream.XXXXXX)
+bash scripts/upstream.sh >"$upstream_log" 2>&1 &
+upstream_pid=$!
 cargo build --workspace --all-targets --locked
 # Tests that run the binaries (controller, shim, CNI plugin) find them here, already built.
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
@@ -84,10 +90,15 @@ export FLOWMESH_CONTROLLER_BIN_DIR="${FLOWMESH_CONTROLLER_BIN_DIR:-$FLOWMESH_BIN
 # scripts/kube-up.sh: upstream binaries (scripts/upstream.sh, cached), images built from
 # flowmesh's release binaries (scripts/images.sh, cached by content). It is stopped at the end,
 # whatever happened; its logs stay in ${FLOWMESH_CLUSTER_DIR:-/var/lib/flowmesh-kube}/logs.
-bash scripts/upstream.sh >/dev/null
 cargo build --release --locked -p controller -p flowmeshctl -p agent-shim \
     --bin flowmesh-controller --bin flowmeshctl --bin flowmesh-shim --bin flowmesh-cni
 export FLOWMESH_RELEASE_BIN_DIR="${FLOWMESH_RELEASE_BIN_DIR:-$target_dir/release}"
+if ! wait "$upstream_pid"; then
+    # The cluster tests will fail (kube-up tries the build again and says why); the others run.
+    echo "scripts/upstream.sh failed; its last lines:" >&2
+    tail -n 30 "$upstream_log" >&2
+fi
+rm -f "$upstream_log"
 
 log=$(mktemp -t flowmesh-test.XXXXXX)
 trap 'rm -f "$log"; bash scripts/kube-down.sh' EXIT

@@ -640,6 +640,32 @@ impl KubeStore {
         }
     }
 
+    /// A pod's attachment needs its Pod; kubelet runs CNI ADD as soon as the Pod is bound, so
+    /// this replica's watch may not have brought it yet (seen at load 20: "pod ... is not in
+    /// the Kubernetes API" for a Pod created just before). Before refusing, the Pod is read
+    /// from the API server itself, which decides.
+    fn read_missing_pod(&self, change: &Change) -> Result<(), StoreError> {
+        let Change::Put(Record::Pod(p)) = change else {
+            return Ok(());
+        };
+        let (ns, name) = (&p.info.key.namespace, &p.info.key.name);
+        if lock(&self.cache).get(Kind::Pod, ns, name).is_some() {
+            return Ok(());
+        }
+        let target: ObjKey = (Kind::Pod, ns.clone(), name.clone());
+        let fresh = self
+            .block(reread(
+                self.client.clone(),
+                self.cfg.namespace.clone(),
+                target.clone(),
+            ))?
+            .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))?;
+        if fresh.is_some() {
+            lock(&self.cache).set(target, fresh, true);
+        }
+        Ok(())
+    }
+
     /// Write one change (retrying a conflict with an unrelated writer); the records it changed.
     fn write_change(
         &self,
@@ -647,6 +673,7 @@ impl KubeStore {
         written: &mut BTreeSet<RecordKey>,
     ) -> Result<(), StoreError> {
         let key = g.change.key();
+        self.read_missing_pod(&g.change)?;
         for _attempt in 0..5 {
             let writes = {
                 let mut c = lock(&self.cache);
