@@ -199,8 +199,11 @@ pub(crate) struct Store {
     pub bookmark_interval: Duration,
     /// Events held back from the open watches while a test holds them (see
     /// `MockApiServer::hold_watches`).
-    held: Option<Vec<(usize, EvType, Option<Value>, Value)>>,
+    held: Option<Vec<HeldEvent>>,
 }
+
+/// A change held back from the watches: resource index, event type, old and new object.
+type HeldEvent = (usize, EvType, Option<Value>, Value);
 
 /// RFC 3339 UTC with second precision, as Kubernetes writes `creationTimestamp`.
 pub(crate) fn now_rfc3339() -> String {
