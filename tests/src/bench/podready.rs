@@ -304,6 +304,9 @@ fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>), String>
         let Ok(s) = rx.recv_timeout(Duration::from_millis(20)) else {
             continue;
         };
+        if std::env::var_os("FLOWMESH_BENCH_DEBUG").is_some() {
+            eprintln!("event {} {} {} ready={}", s.name, s.node, s.ip, s.ready);
+        }
         if !s.name.starts_with('p') {
             continue;
         }
