@@ -640,6 +640,16 @@ impl KubeStore {
         }
     }
 
+    /// The object as the API server holds it now (None: there is none).
+    fn read_fresh(&self, target: &ObjKey) -> Result<Option<Obj>, StoreError> {
+        self.block(reread(
+            self.client.clone(),
+            self.cfg.namespace.clone(),
+            target.clone(),
+        ))?
+        .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))
+    }
+
     /// A pod's attachment needs its Pod; kubelet runs CNI ADD as soon as the Pod is bound, so
     /// this replica's watch may not have brought it yet (seen at load 20: "pod ... is not in
     /// the Kubernetes API" for a Pod created just before). Before refusing, the Pod is read
@@ -653,13 +663,7 @@ impl KubeStore {
             return Ok(());
         }
         let target: ObjKey = (Kind::Pod, ns.clone(), name.clone());
-        let fresh = self
-            .block(reread(
-                self.client.clone(),
-                self.cfg.namespace.clone(),
-                target.clone(),
-            ))?
-            .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))?;
+        let fresh = self.read_fresh(&target)?;
         if fresh.is_some() {
             lock(&self.cache).set(target, fresh, true);
         }
@@ -720,13 +724,7 @@ impl KubeStore {
             // Someone else changed the object: read it again; the record the writer meant to
             // change decides (the loop's check) whether to try again.
             tracing::debug!(%message, "kubernetes write conflict; re-reading");
-            let fresh = self
-                .block(reread(
-                    self.client.clone(),
-                    self.cfg.namespace.clone(),
-                    target.clone(),
-                ))?
-                .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))?;
+            let fresh = self.read_fresh(&target)?;
             lock(&self.cache).set(target, fresh, true);
         }
         Err(StoreError::Conflict {
