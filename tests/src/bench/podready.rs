@@ -3,7 +3,8 @@
 //! by nodeSelector: the scheduler is in the path); for each one the time from the create to
 //! its Ready condition (as a `kubectl get --watch` sees it) and to the first TCP connection
 //! its agnhost netexec answers (probed from its node's network namespace as soon as the pod
-//! has an address). The same is done, in the same run on the same cluster, with the reference
+//! has an address; a pod whose sandbox kubelet makes again gets a new address, which is then
+//! the one probed, and the round line counts such pods as `readdressed=`). The same is done, in the same run on the same cluster, with the reference
 //! `bridge` + `host-local` CNI plugins (the floor of a CNI that does nothing clever):
 //! containerd takes the first configuration of /etc/cni/net.d by name, so
 //! `00-ref-bridge.conflist` on node1 and node2 wins over flowmesh's `80-flowmesh.conflist`
@@ -18,12 +19,12 @@
 //! ref_first_packet_p99_ms= ratio_p99= controller_cpu_ms_per_pod= controller_rss_mib=`
 //! (medians over the rounds).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::attach::percentile;
@@ -228,20 +229,28 @@ fn watch(cluster: &Cluster, tx: mpsc::Sender<Seen>) -> Result<Child, String> {
     Ok(child)
 }
 
-/// Connects to `ip:PORT` from node `netns` until the pod answers; sends the time it did.
-fn probe(netns: String, name: String, ip: String, tx: mpsc::Sender<(String, Instant)>) {
+/// Who is probed at which address: pod name → its latest address.
+type Probed = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// Connects to `ip:PORT` from node `netns` until the pod answers there; sends the time it did.
+/// Stops when the pod got another address meanwhile (a sandbox made again by kubelet).
+fn probe(netns: String, name: String, ip: String, current: Probed, tx: mpsc::Sender<Answer>) {
     std::thread::spawn(move || {
         if enter_netns(&netns).is_err() {
             return;
         }
-        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
             return;
         };
-        let addr = SocketAddr::new(ip, PORT);
+        let addr = SocketAddr::new(addr, PORT);
         let deadline = Instant::now() + ROUND_LIMIT;
         while Instant::now() < deadline {
+            let still = lock(&current).get(&name) == Some(&ip);
+            if !still {
+                return;
+            }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                let _ = tx.send((name, Instant::now()));
+                let _ = tx.send((name, ip, Instant::now()));
                 return;
             }
             // A refused or unreachable address answers at once: try again shortly.
@@ -250,8 +259,16 @@ fn probe(netns: String, name: String, ip: String, tx: mpsc::Sender<(String, Inst
     });
 }
 
-/// One round: milliseconds from the create to Ready and to the first answer, per pod.
-fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
+/// A pod's answer: its name, the address that answered, when.
+type Answer = (String, String, Instant);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One round: milliseconds from the create to Ready and to the first answer, per pod, and how
+/// many pods got a second address (their sandbox made again).
+fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>, usize), String> {
     let _ = cluster.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=300s"]);
     cluster.kubectl(&["create", "namespace", NS]).map_err(err)?;
     let (tx, rx) = mpsc::channel();
@@ -284,22 +301,36 @@ fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>), String>
         ));
     }
 
-    let (ptx, prx) = mpsc::channel();
-    let mut probing: BTreeSet<String> = BTreeSet::new();
+    let (ptx, prx) = mpsc::channel::<Answer>();
+    let probed: Probed = Arc::default();
+    let mut nodes: BTreeMap<String, String> = BTreeMap::new();
+    let mut readdressed = 0;
     let mut ready: BTreeMap<String, Instant> = BTreeMap::new();
     let mut answered: BTreeMap<String, Instant> = BTreeMap::new();
     let deadline = t0 + ROUND_LIMIT;
     while ready.len() < pods || answered.len() < pods {
         if Instant::now() > deadline {
+            let now = lock(&probed);
+            let silent: Vec<String> = now
+                .iter()
+                .filter(|(name, _)| !answered.contains_key(*name))
+                .take(10)
+                .map(|(name, ip)| {
+                    let node = nodes.get(name).map_or("?", String::as_str);
+                    format!("{name} {ip} on {node}")
+                })
+                .collect();
             return Err(format!(
-                "after {} s: {} of {pods} pods Ready, {} answered",
+                "after {} s: {} of {pods} pods Ready, {} answered ({readdressed} got a second address); not answering: {silent:?}",
                 ROUND_LIMIT.as_secs(),
                 ready.len(),
                 answered.len()
             ));
         }
-        while let Ok((name, at)) = prx.try_recv() {
-            answered.entry(name).or_insert(at);
+        while let Ok((name, ip, at)) = prx.try_recv() {
+            if lock(&probed).get(&name) == Some(&ip) {
+                answered.entry(name).or_insert(at);
+            }
         }
         let Ok(s) = rx.recv_timeout(Duration::from_millis(20)) else {
             continue;
@@ -310,17 +341,24 @@ fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>), String>
         if !s.name.starts_with('p') {
             continue;
         }
-        if !s.ip.is_empty() && !probing.contains(&s.name) {
+        let before = lock(&probed).get(&s.name).cloned();
+        if !s.ip.is_empty() && before.as_deref() != Some(s.ip.as_str()) {
             let i: usize = s
                 .node
                 .trim_start_matches("node")
                 .parse()
                 .map_err(|_| format!("pod {} on node {:?}", s.name, s.node))?;
-            probing.insert(s.name.clone());
+            if let Some(old) = before {
+                readdressed += 1;
+                eprintln!("podready: {} moved from {old} to {}", s.name, s.ip);
+            }
+            lock(&probed).insert(s.name.clone(), s.ip.clone());
+            nodes.insert(s.name.clone(), s.node.clone());
             probe(
                 cluster.node_netns(i),
                 s.name.clone(),
                 s.ip.clone(),
+                probed.clone(),
                 ptx.clone(),
             );
         }
@@ -334,7 +372,7 @@ fn round(cluster: &Cluster, pods: usize) -> Result<(Vec<f64>, Vec<f64>), String>
             .map(|at| at.duration_since(t0).as_secs_f64() * 1e3)
             .collect()
     };
-    let result = (ms(&ready), ms(&answered));
+    let result = (ms(&ready), ms(&answered), readdressed);
     cluster
         .kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=300s"])
         .map_err(err)?;
@@ -406,7 +444,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
             for cni in [Cni::Reference, Cni::Flowmesh] {
                 use_cni(&cluster, cni)?;
                 let cpu0 = cpu_of(&pids);
-                let s = stats(round(&cluster, pods)?);
+                let (r, a, readdressed) = round(&cluster, pods)?;
+                let s = stats((r, a));
                 if cni == Cni::Flowmesh {
                     cpu += cpu_of(&pids) - cpu0;
                     fm.push(s);
@@ -414,7 +453,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
                     reference.push(s);
                 }
                 println!(
-                    "round {n} {}: pods={pods} ready_p50_ms={:.0} ready_p99_ms={:.0} first_packet_p50_ms={:.0} first_packet_p99_ms={:.0} load={}",
+                    "round {n} {}: pods={pods} ready_p50_ms={:.0} ready_p99_ms={:.0} first_packet_p50_ms={:.0} first_packet_p99_ms={:.0} readdressed={readdressed} load={}",
                     cni.name(),
                     s.0,
                     s.1,
