@@ -4,8 +4,9 @@
 //! its Ready condition (as a `kubectl get --watch` sees it) and to the first TCP connection
 //! its agnhost netexec answers (probed from its node's network namespace as soon as the pod
 //! has an address; a pod whose sandbox kubelet makes again gets a new address, which is then
-//! the one probed, and the round line counts such pods as `readdressed=`). The same is done, in the same run on the same cluster, with the reference
-//! `bridge` + `host-local` CNI plugins (the floor of a CNI that does nothing clever):
+//! the one probed, and the round line counts such pods as `readdressed=`). The same is done,
+//! in the same run on the same cluster, with the reference `bridge` + `host-local` CNI
+//! plugins (the floor of a CNI that does nothing clever):
 //! containerd takes the first configuration of /etc/cni/net.d by name, so
 //! `00-ref-bridge.conflist` on node1 and node2 wins over flowmesh's `80-flowmesh.conflist`
 //! while it is there; a canary pod on each node shows which one is in effect before a round.
