@@ -237,6 +237,29 @@ impl Cluster {
         self.kubectl(&args)
     }
 
+    /// `agnhost connect IP:PORT --timeout=TIMEOUT` run in pod `ns/pod` by `kubectl exec`, as the
+    /// upstream suite probes: whether TCP connected (agnhost exits 0).
+    pub fn agnhost_connects(
+        &self,
+        ns: &str,
+        pod: &str,
+        ip: &str,
+        port: u16,
+        timeout: &str,
+    ) -> bool {
+        self.exec(
+            ns,
+            pod,
+            &[
+                "/agnhost",
+                "connect",
+                &format!("{ip}:{port}"),
+                &format!("--timeout={timeout}"),
+            ],
+        )
+        .is_ok()
+    }
+
     /// Waits until `probe` returns `Some`, retrying every 250 ms up to `timeout`.
     pub fn wait_for<T>(
         &self,

@@ -49,13 +49,7 @@ spec:
 }
 
 fn connects(cluster: &Cluster, ns: &str, from: &str, ip: &str) -> bool {
-    cluster
-        .exec(
-            ns,
-            from,
-            &["/agnhost", "connect", &format!("{ip}:8080"), "--timeout=2s"],
-        )
-        .is_ok()
+    cluster.agnhost_connects(ns, from, ip, 8080, "2s")
 }
 
 /// Waits until A's client reaches A's servers always and B's servers exactly when `b_open`,

@@ -54,18 +54,7 @@ spec:
 "#;
 
 fn connects(cluster: &Cluster, from: &PodInfo, ip: &str, port: u16) -> bool {
-    cluster
-        .exec(
-            NS,
-            &from.name,
-            &[
-                "/agnhost",
-                "connect",
-                &format!("{ip}:{port}"),
-                "--timeout=2s",
-            ],
-        )
-        .is_ok()
+    cluster.agnhost_connects(NS, &from.name, ip, port, "2s")
 }
 
 /// Waits until every (client, server) pair's connectivity is `want(client)`.

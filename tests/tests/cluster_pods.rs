@@ -44,18 +44,7 @@ spec:
 
 /// `agnhost connect IP:PORT` from inside `from` (exit 0 = TCP connected).
 fn connects(cluster: &Cluster, from: &PodInfo, ip: &str, port: u16) -> bool {
-    cluster
-        .exec(
-            NS,
-            &from.name,
-            &[
-                "/agnhost",
-                "connect",
-                &format!("{ip}:{port}"),
-                "--timeout=5s",
-            ],
-        )
-        .is_ok()
+    cluster.agnhost_connects(NS, &from.name, ip, port, "5s")
 }
 
 #[test]
