@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{HarnessError, Result};
-use crate::process::{command_line, output_of};
+use crate::process::{command_line, output_of, run_checked};
 
 /// Serializes bring-ups inside one test process (kube-up.sh also holds a lock across
 /// processes).
@@ -301,6 +301,110 @@ impl Cluster {
         )
     }
 
+    /// `PROGRAM ARGS` inside node `i`'s network and mount namespaces (where its Open vSwitch,
+    /// kubelet and containerd see their own `/run`): stdout, or an error with stderr.
+    pub fn node_run(&self, i: usize, program: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.node_netns(i)))
+            .arg(format!("--mount={}", self.node_mount_ns(i).display()))
+            .arg("--")
+            .arg(program)
+            .args(args);
+        run_checked(&mut cmd)
+    }
+
+    /// Node `i`'s `br0` as the switch holds it: its flows without counters and durations
+    /// (`ovs-ofctl dump-flows --no-stats`) and its groups, each list sorted.
+    pub fn switch_tables(&self, i: usize) -> Result<Vec<String>> {
+        let of = |what: &str, extra: &[&str]| -> Result<Vec<String>> {
+            let mut args = vec!["-O", "OpenFlow13", what, "br0"];
+            args.extend_from_slice(extra);
+            let out = self.node_run(i, "ovs-ofctl", &args)?;
+            let mut lines: Vec<String> = out
+                .lines()
+                .filter(|l| !l.starts_with("OFPST_") && !l.trim().is_empty())
+                .map(|l| l.trim().to_string())
+                .collect();
+            lines.sort();
+            Ok(lines)
+        };
+        let mut all = of("dump-flows", &["--no-stats"])?;
+        all.extend(of("dump-groups", &[])?);
+        Ok(all)
+    }
+
+    /// The OpenFlow controller connections of node `i`'s `br0` as the switch reports them:
+    /// (target, role) of each connected one (`role` is `master`, `slave` or `other`).
+    pub fn switch_roles(&self, i: usize) -> Result<Vec<(String, String)>> {
+        let out = self.node_run(
+            i,
+            "ovs-vsctl",
+            &[
+                "--timeout=10",
+                "--format=csv",
+                "--data=bare",
+                "--no-headings",
+                "--columns=target,role,is_connected",
+                "list",
+                "controller",
+            ],
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').map(str::trim).collect();
+                (f.len() == 3 && f[2] == "true").then(|| (f[0].to_string(), f[1].to_string()))
+            })
+            .collect())
+    }
+
+    /// The Prometheus text of the controller replica listening on `ip` (replicas use host
+    /// networking, so a node's address), read from the control plane's namespace with the
+    /// read-only client certificate kube-up made (`flowmesh-pki/read-only-viewer.pem`).
+    pub fn controller_metrics(&self, ip: Ipv4Addr) -> Result<String> {
+        let pki = self.dir.join("flowmesh-pki");
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &self.cp_netns,
+            "curl",
+            "-sS",
+            "-f",
+            "-m",
+            "10",
+        ])
+        .arg("--cacert")
+        .arg(pki.join("ca.pem"))
+        .arg("--cert")
+        .arg(pki.join("read-only-viewer.pem"))
+        .arg("--key")
+        .arg(pki.join("read-only-viewer-key.pem"))
+        .arg(format!("https://{ip}:9651/metrics"));
+        run_checked(&mut cmd)
+    }
+
+    /// The holder of the controller's election Lease (`flowmesh/flowmesh-controller`, the
+    /// holder being the replica's pod name); None while nobody holds it.
+    pub fn controller_leader(&self) -> Result<Option<String>> {
+        let out = self.kubectl(&[
+            "get",
+            "lease",
+            "-n",
+            "flowmesh",
+            "flowmesh-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])?;
+        let h = out.trim();
+        Ok((!h.is_empty()).then(|| h.to_string()))
+    }
+
+    /// The index (1-based) of the node named `name`.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        (1..=self.nodes).find(|i| self.node_name(*i) == name)
+    }
+
     /// The pods of `ns` matching `selector`.
     pub fn pods(&self, ns: &str, selector: &str) -> Result<Vec<PodInfo>> {
         let out = self.kubectl(&["get", "pods", "-n", ns, "-l", selector, "-o", "json"])?;
@@ -347,6 +451,13 @@ pub fn pod_info(p: &serde_json::Value) -> PodInfo {
     }
 }
 
+/// The value of the unlabelled sample `name` in a Prometheus text.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn checked(args: &[&str], out: Output) -> Result<String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -378,5 +489,8 @@ mod tests {
         assert!(pods[0].ready && !pods[1].ready);
         assert_eq!(pods[0].ip, "10.128.0.2");
         assert!(parse_pods("not json").is_err());
+        let m = "# TYPE x counter\nflowmesh_flow_mods_sent_total 12\nflowmesh_flow_mods_sent_totals 3\n";
+        assert_eq!(metric_value(m, "flowmesh_flow_mods_sent_total"), Some(12.0));
+        assert_eq!(metric_value(m, "flowmesh_switch_errors_total"), None);
     }
 }
