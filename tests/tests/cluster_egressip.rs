@@ -342,6 +342,69 @@ fn placed(cluster: &Cluster, candidates: &[usize]) -> Option<usize> {
     }
 }
 
+/// What a failed wait leaves to look at: the egress objects, the nodes' addresses, the
+/// controller's events and its replicas' egress log lines.
+fn dump(cluster: &Cluster) -> String {
+    let mut out = String::new();
+    let mut add = |what: &str, text: String| {
+        out.push_str(&format!("--- {what}\n{}\n", text.trim_end()));
+    };
+    let yaml = |args: &[&str]| cluster.kubectl(args).unwrap_or_else(|e| e.to_string());
+    add(
+        "hostsubnets",
+        yaml(&[
+            "get",
+            "hostsubnets",
+            "-o",
+            "custom-columns=NAME:.metadata.name,IPS:.egressIPs,CIDRS:.egressCIDRs",
+        ]),
+    );
+    add(
+        "netnamespace",
+        yaml(&["get", "netnamespace", SHOP, "-o", "yaml"]),
+    );
+    for i in 1..=cluster.nodes {
+        add(
+            &format!("node{i} addresses"),
+            sh(
+                "ip",
+                &["-n", &cluster.node_netns(i), "-4", "-o", "addr", "show"],
+            )
+            .unwrap_or_else(|e| e),
+        );
+    }
+    let events = yaml(&["get", "events", "-A", "-o", "wide"]);
+    add(
+        "events (egress, shim, offline)",
+        events
+            .lines()
+            .filter(|l| {
+                let l = l.to_lowercase();
+                l.contains("egress") || l.contains("shim") || l.contains("offline")
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    let replicas = cluster
+        .pods("flowmesh", "app.kubernetes.io/name=flowmesh-controller")
+        .unwrap_or_default();
+    for r in replicas {
+        let logs = yaml(&["logs", "-n", "flowmesh", &r.name, "--tail=2000"]);
+        let lines: Vec<&str> = logs
+            .lines()
+            .filter(|l| {
+                let l = l.to_lowercase();
+                l.contains("egress") || l.contains("offline") || l.contains("leader")
+            })
+            .collect();
+        add(
+            &format!("{} ({}) log, egress lines", r.name, r.node),
+            lines[lines.len().saturating_sub(40)..].join("\n"),
+        );
+    }
+    out
+}
+
 fn probe_name(a: &TcpArrival) -> &str {
     a.text.split_whitespace().next().unwrap_or_default()
 }
@@ -439,7 +502,7 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
             Duration::from_secs(60),
             || placed(&cluster, &egress_nodes),
         )
-        .expect("placed");
+        .unwrap_or_else(|e| panic!("{e}\n{}", dump(&cluster)));
     let standby = *egress_nodes.iter().find(|i| **i != holder).expect("other");
     eprintln!("{} placed on node{holder}", egress_ip());
 
@@ -456,7 +519,10 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
                 Duration::from_secs(60),
                 || seen_from(&cluster, ns, &p.name).filter(|s| *s == want),
             )
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap_or_else(|e| {
+                let last = seen_from(&cluster, ns, &p.name);
+                panic!("{e}; last seen from {last:?}\n{}", dump(&cluster))
+            });
         assert_eq!(got, want);
     }
     touch_all(&cluster, &pods, "/tmp/go");
@@ -484,7 +550,7 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
             Duration::from_secs(90),
             || placed(&cluster, &[standby]),
         )
-        .unwrap_or_else(|e| panic!("{e}; HostSubnets: {:?}", host_subnet_ips(&cluster)));
+        .unwrap_or_else(|e| panic!("{e}\n{}", dump(&cluster)));
     let moved_after = t_stop.elapsed();
     assert_eq!(new_holder, standby);
     let surviving: Vec<String> = pods
@@ -503,7 +569,7 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
                     .then_some(())
             },
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}\n{}", dump(&cluster)));
     let arrivals = recorder.arrivals();
     let mut times: Vec<Instant> = arrivals
         .iter()
@@ -544,7 +610,7 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
                 .then_some(())
             },
         )
-        .unwrap_or_else(|e| panic!("{e}; HostSubnets: {:?}", host_subnet_ips(&cluster)));
+        .unwrap_or_else(|e| panic!("{e}\n{}", dump(&cluster)));
     let back_pod = format!("shop-{holder}");
     cluster
         .wait_for(

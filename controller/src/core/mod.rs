@@ -172,6 +172,9 @@ pub struct Core {
     /// Stored records left out of the model because they do not fit it (at load, or as a
     /// watched change): key → why. A later change of the key that fits clears it.
     refused: BTreeMap<String, String>,
+    /// The egress-IP state last seen from the store (`None` until a watched change carried
+    /// one): the placements the model made on applying it are written back by the leader.
+    stored_egress: Option<topology::model::EgressSnapshot>,
 }
 
 /// A node shim's egress watch, as the core sees it.
@@ -318,6 +321,7 @@ impl Core {
             shims: HashMap::new(),
             started: std::time::Instant::now(),
             refused: BTreeMap::new(),
+            stored_egress: None,
         };
         core.model
             .set_egress_dns_name_limit(core.cfg.egress_dns_names_per_namespace);
@@ -555,11 +559,23 @@ impl Core {
     }
 
     fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
+        let mut egress_seen = false;
         for c in changes {
             match crate::core::store_sync::apply_change(&mut self.model, c) {
                 Ok(a) => {
                     if self.refused.remove(&c.key().as_string()).is_some() {
                         self.count_refused();
+                    }
+                    match c {
+                        Change::Put(crate::state::Record::EgressIps(e)) => {
+                            self.stored_egress = Some(e.clone());
+                            egress_seen = true;
+                        }
+                        Change::Delete(crate::state::RecordKey::EgressIps) => {
+                            self.stored_egress = Some(Default::default());
+                            egress_seen = true;
+                        }
+                        _ => {}
                     }
                     affected.merge(a)
                 }
@@ -580,6 +596,9 @@ impl Core {
             }
         }
         self.firewall_conflicts = self.model.egress_firewall_conflicts();
+        if egress_seen {
+            self.persist_egress_placements();
+        }
         if affected.is_empty() {
             return;
         }
