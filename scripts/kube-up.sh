@@ -15,7 +15,11 @@
 # * then `kubectl apply` of deploy/crds.yaml and deploy/kubernetes/ (the ConfigMap's
 #   `controllers`, `openflow-targets` and mode set for this cluster, as docs/install.md says to
 #   edit them), the controller's TLS Secret and each node's certificate from `flowmeshctl
-#   certs lab`; it waits until the controller replicas are Ready and every node is Ready.
+#   certs lab`; it waits until the controller replicas are Ready and every node is Ready;
+# * then the cluster DNS, CoreDNS (scripts/cluster/coredns.yaml: cluster.local only, no
+#   forwarder) behind kube-system/kube-dns at 172.30.0.10, kubelet's clusterDNS; in multitenant
+#   mode kube-system is made global first (NETID 0, as OpenShift makes its DNS project global),
+#   so that every project reaches it.
 #
 #   scripts/kube-up.sh [--mode multitenant|networkpolicy|subnet] [--bin-dir DIR]
 #
@@ -43,6 +47,7 @@ readonly PREFIX=172.31.200
 readonly CP_IP=$PREFIX.254
 readonly SERVICE_CIDR=172.30.0.0/16
 readonly SERVICE_IP=172.30.0.1
+readonly CLUSTER_DNS_IP=172.30.0.10
 readonly CLUSTER_CIDR=10.128.0.0/14
 readonly UL=fmk-ul CP=fmk-cp
 
@@ -81,7 +86,7 @@ K=$UPSTREAM_BIN
 # Reuse a healthy cluster of the same mode made from the same images, manifests and script
 # (a rebuilt flowmesh binary gives a new image: the old cluster is stopped and a new one made).
 cluster_key=$(
-  { echo "$mode"; cat "$image_list"; cat "$root"/deploy/crds.yaml "$root"/deploy/kubernetes/*.yaml "$root/scripts/kube-up.sh"; } |
+  { echo "$mode"; cat "$image_list"; cat "$root"/deploy/crds.yaml "$root"/deploy/kubernetes/*.yaml "$root/scripts/kube-up.sh" "$root/scripts/cluster/coredns.yaml"; } |
     sha256sum | cut -c1-16
 )
 if [[ -f $dir/env && -f $dir/up ]] && [[ $(cat "$dir/key" 2>/dev/null) == "$cluster_key" ]]; then
@@ -414,6 +419,7 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 clusterDomain: cluster.local
+clusterDNS: [$CLUSTER_DNS_IP]
 resolvConf: "$dir/resolv.conf"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -443,7 +449,8 @@ EOF
   spawn "$n-kube-proxy" $ns "$mnt" "$cg/system" env "PATH=$K:$PATH" "$K/kube-proxy" --config="$nd/kube-proxy.yaml" --v=1
 }
 
-# The resolver configuration pods get: no server (cluster DNS is not run; nothing may leave).
+# The resolver configuration of the nodes, which pods with dnsPolicy Default (CoreDNS among them)
+# get: no server (nothing may leave the machine). ClusterFirst pods get the cluster DNS.
 echo "# flowmesh-kube: no upstream resolver" >"$dir/resolv.conf"
 
 # flowmesh's certificates: the controller's for the nodes' addresses (the replicas run with host
@@ -502,6 +509,25 @@ log "waiting for the controller replicas, the node shims and Ready nodes"
 wait_for "controller Deployment available" 300 kubectl_cp -n flowmesh rollout status deployment/flowmesh-controller --timeout=5s
 wait_for "node DaemonSet rolled out" 300 kubectl_cp -n flowmesh rollout status daemonset/flowmesh-node --timeout=5s
 wait_for "nodes Ready" 300 kubectl_cp wait --for=condition=Ready node --all --timeout=5s
+
+log "cluster DNS (CoreDNS at $CLUSTER_DNS_IP)"
+if [[ $mode == multitenant ]]; then
+  # `oc adm pod-network make-projects-global kube-system`: the annotation on its NetNamespace,
+  # carried out (NETID 0) and removed by the controller.
+  wait_for "NetNamespace kube-system" 120 kubectl_cp get netnamespace kube-system
+  kubectl_cp annotate --overwrite netnamespace kube-system \
+    pod.network.openshift.io/multitenant.change-network=global >/dev/null
+  kube_system_global() {
+    [[ $(kubectl_cp get netnamespace kube-system -o jsonpath='{.netid}/{.metadata.annotations.pod\.network\.openshift\.io/multitenant\.change-network}') == 0/ ]]
+  }
+  wait_for "kube-system made global" 120 kube_system_global
+fi
+coredns_image=$(awk '$1 ~ /coredns:/ {print $1}' "$image_list")
+[[ -n $coredns_image ]] || fail "no coredns image in $image_list"
+sed -e "s|COREDNS_IMAGE|$coredns_image|" -e "s|CLUSTER_DNS_IP|$CLUSTER_DNS_IP|" \
+  "$root/scripts/cluster/coredns.yaml" >"$dir/deploy/coredns.yaml"
+kubectl_cp apply -f "$dir/deploy/coredns.yaml" >/dev/null
+wait_for "CoreDNS available" 300 kubectl_cp -n kube-system rollout status deployment/coredns --timeout=5s
 touch "$dir/up"
 log "cluster up in $((SECONDS - started)) s (mode $mode)"
 echo "$dir"
