@@ -126,14 +126,20 @@ sysctl -n vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes >"$dir/sysctl.before"
 
 # --- the processes: each one's PID in pids/NAME, its output in logs/NAME.log --------------------
-# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session, without the
-# lock's descriptor (a daemon holding it would block every later kube-up).
+# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session, with no
+# descriptor but stdin, stdout and stderr: not this script's lock (a daemon holding it would
+# block every later kube-up), nor whatever its caller left open (a caller's own flock, the pipe
+# of a test runner's output), which a daemon would otherwise hold for the cluster's lifetime.
 spawn() {
   local name=$1 netns=$2 mnt=$3 cg=$4
   shift 4
   local enter=(nsenter "--net=/run/netns/$netns")
   [[ $mnt != - ]] && enter+=("--mount=$mnt")
   setsid "${enter[@]}" -- bash -c '
+      for fd in /proc/self/fd/*; do
+        fd=${fd##*/}
+        ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+      done
       cg=$1; shift
       if [[ $cg != - ]]; then
         for h in /sys/fs/cgroup/*/; do
