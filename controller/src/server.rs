@@ -42,8 +42,12 @@ pub struct ServerConfig {
     pub health_listen: Option<SocketAddr>,
     /// Audit interval.
     pub audit_interval: Duration,
-    /// Echo interval for switch liveness (the timeout is the same again).
+    /// Echo interval for switch liveness.
     pub echo_interval: Duration,
+    /// The echo timeout's floor (it adapts to the switch; see `ofproto::session::FsmConfig`).
+    pub echo_timeout: Duration,
+    /// The underlay probe of egress nodes (egress-IP failover's liveness signal).
+    pub egress_probe: crate::resources::egress_probe::ProbeConfig,
     /// How long a node's shim may stop watching its egress IPs before the node counts as
     /// offline for them (`CoreConfig::shim_grace`).
     pub shim_grace: Duration,
@@ -342,7 +346,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let tls = openflow_tls_config(&cfg)?;
     let mut session_cfg = ofproto::session::SessionConfig::default();
     session_cfg.fsm.echo_interval = cfg.echo_interval;
-    session_cfg.fsm.echo_timeout = cfg.echo_interval;
+    session_cfg.fsm.echo_timeout = cfg.echo_timeout;
     session_cfg.fsm.max_ports = cfg.openflow_limits.max_ports;
     session_cfg.fsm.max_multipart_bytes = cfg.openflow_limits.max_multipart_bytes;
     let limits = ofproto::session::ListenerLimits {
@@ -514,6 +518,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             )),
         ));
     }
+    tokio::spawn(crate::resources::egress_probe::run(
+        core.clone(),
+        cfg.egress_probe.clone(),
+    ));
     tokio::spawn(crate::resources::egress_firewall::dns::run(
         core.clone(),
         cfg.egress_dns.clone(),

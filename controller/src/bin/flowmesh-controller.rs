@@ -77,10 +77,23 @@ struct Args {
     /// Seconds between audits that re-read every switch and repair drift.
     #[arg(long, default_value_t = 30.0)]
     audit_interval: f64,
-    /// Seconds of switch idleness before an echo request (a dead switch is declared after
-    /// twice this).
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds of switch idleness before an echo request.
+    #[arg(long, default_value_t = 5.0)]
     echo_interval: f64,
+    /// Seconds an echo request may go unanswered before the switch is dropped: a floor that
+    /// adapts to the switch (4 times its slowest recent answer), and no echo timeout applies
+    /// while the switch works on a bundle or read the controller sent (up to 180 s of
+    /// silence). Egress-IP failover does not wait for it (--egress-probe-timeout).
+    #[arg(long, default_value_t = 15.0)]
+    echo_timeout: f64,
+    /// Seconds between ICMP echo probes of every egress node's underlay address, egress-IP
+    /// failover's liveness signal; 0 turns the probe off.
+    #[arg(long, default_value_t = 0.1)]
+    egress_probe_interval: f64,
+    /// Seconds without an answer after which an egress node that answered before is offline
+    /// for egress IPs (its automatic IPs move, its manual ones drop out).
+    #[arg(long, default_value_t = 0.5)]
+    egress_probe_timeout: f64,
     /// Seconds a node's shim may stop watching its egress IPs (node API `WatchEgress`) before
     /// the node counts as offline for egress IPs, as if its switch were gone.
     #[arg(long, default_value_t = 5.0)]
@@ -455,6 +468,15 @@ async fn run(args: Args) -> ExitCode {
             health_listen: args.health_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
+            echo_timeout: seconds("--echo-timeout", args.echo_timeout)?,
+            egress_probe: controller::resources::egress_probe::ProbeConfig {
+                interval: if args.egress_probe_interval == 0.0 {
+                    std::time::Duration::ZERO
+                } else {
+                    seconds("--egress-probe-interval", args.egress_probe_interval)?
+                },
+                timeout: seconds("--egress-probe-timeout", args.egress_probe_timeout)?,
+            },
             shim_grace: seconds("--shim-grace", args.shim_grace)?,
             openflow_tls: match (
                 &args.openflow_tls_cert,
