@@ -40,8 +40,10 @@ pub struct ServerConfig {
     pub metrics_tls: Option<MetricsTls>,
     /// A plaintext listener of `/healthz` and `/readyz` only, for the kubelet (None: off).
     pub health_listen: Option<SocketAddr>,
-    /// Audit interval.
+    /// Audit interval: each switch is read whole at most this often.
     pub audit_interval: Duration,
+    /// Whole-table audits started per second across all switches (`switches::AuditPacer`).
+    pub audit_rate: f64,
     /// Echo interval for switch liveness.
     pub echo_interval: Duration,
     /// The echo timeout's floor (it adapts to the switch; see `ofproto::session::FsmConfig`).
@@ -526,10 +528,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         core.clone(),
         cfg.egress_dns.clone(),
     ));
+    let audit_rate = cfg.audit_rate;
     tokio::spawn(async move {
         // The listener accepts for as long as it lives.
         let _listener = of;
-        crate::switches::forward_events(core_for_of, of_events).await;
+        crate::switches::forward_events(core_for_of, of_events, audit_rate).await;
     });
     tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, metrics_tls = metrics_over_tls, ?health_addr, "flowmesh-controller running");
     Ok(Running {

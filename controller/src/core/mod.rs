@@ -121,7 +121,7 @@ pub struct CoreConfig {
 impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
-            audit_interval: Duration::from_secs(30),
+            audit_interval: Duration::from_secs(300),
             liveness_grace: Duration::from_secs(10),
             shim_grace: Duration::from_secs(5),
             leadership: crate::ha::Leadership::alone(),

@@ -59,8 +59,24 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
         Box::pin(async { None })
     }
+    /// Waits for a turn to audit this switch (read it whole although its marker agrees):
+    /// audits of all switches share a bounded rate. The default waits for nothing.
+    fn audit_turn(&self) -> LinkFuture<'_, ()> {
+        Box::pin(async {})
+    }
     /// Every flow (all tables) and group the switch holds.
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
+    /// The flows of table 253 whose cookie is `cookie` (the digest marker: one flow, or none
+    /// when the switch lost its tables). The default reads the whole switch and filters.
+    fn read_marker(&self, cookie: u64) -> LinkFuture<'_, Result<Vec<Flow>, LinkError>> {
+        Box::pin(async move {
+            let (flows, _) = self.read_state().await?;
+            Ok(flows
+                .into_iter()
+                .filter(|f| f.table == 253 && f.cookie == cookie)
+                .collect())
+        })
+    }
     /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>>;
     /// The switch's ports as (name, OpenFlow port number), as last reported by the switch

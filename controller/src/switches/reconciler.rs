@@ -1,12 +1,17 @@
 //! One reconciler task per switch: it owns the switch's desired FlowSet and what the switch was
 //! last known to hold, and makes the second equal the first with one bundle per change.
 //!
-//! * On connect it reads the switch's flows and groups and sends only the difference, so a
-//!   controller restart or reconnect with nothing changed sends nothing.
+//! * Every bundle also writes the digest marker (table 253, `topology::pipeline::marker`): a
+//!   digest of the desired flows and groups, committed atomically with them.
+//! * On connect (and when this replica becomes leader) it reads the marker alone: equal to the
+//!   desired digest, the switch holds the desired state and nothing is read or sent. Otherwise
+//!   (an Open vSwitch restarted with empty tables, a change made while disconnected) it reads
+//!   the switch's flows and groups and sends only the difference.
 //! * Desired-state updates that queue up while a bundle is in flight are merged into one.
 //! * An update is acknowledged after the switch's barrier reply.
-//! * On every audit tick the switch is re-read and drift (flows added or removed by hand)
-//!   repaired.
+//! * On every audit tick the switch is re-read whole and drift (flows added, removed or
+//!   changed by hand, which the marker cannot see) repaired; audits take turns of their own
+//!   at a bounded rate across all switches (`SwitchLink::audit_turn`).
 //! * With several replicas ([`crate::ha`]) it first holds this replica's OpenFlow role on the
 //!   switch (master with the leader's generation, or slave), and writes only while this
 //!   replica leads with a lease surely held; a standby keeps the desired state and answers
@@ -23,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use topology::pipeline::marker::{marker_cookie, with_marker, FlowSetDigest};
 use topology::FlowSet;
 
 /// An acknowledgement a caller waits for.
@@ -87,6 +93,9 @@ pub struct Reconciler {
     standby_acks: Vec<(Ack, Instant)>,
     /// The pause before the next read-back for `standby_acks` (grows while they wait).
     standby_check: Duration,
+    /// The digest of `desired` (None until needed; kept current from each new desired set's
+    /// changes).
+    digest: Option<FlowSetDigest>,
 }
 
 /// When a reconciler audits first: between half and the whole of `interval` after it starts,
@@ -126,7 +135,7 @@ impl Reconciler {
         });
         status
             .desired_flows
-            .store(desired.len() as u64, Ordering::Relaxed);
+            .store(desired_count(&desired, unknown), Ordering::Relaxed);
         let r = Reconciler {
             status: status.clone(),
             rx,
@@ -140,6 +149,7 @@ impl Reconciler {
             role_held: None,
             standby_acks: Vec::new(),
             standby_check: STANDBY_CHECK,
+            digest: None,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -151,6 +161,9 @@ impl Reconciler {
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut standing = self.lead.subscribe();
+        let mut audit_wait: Option<
+            std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+        > = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.standby_check), if !self.standby_acks.is_empty() => {
@@ -189,7 +202,17 @@ impl Reconciler {
                         self.sync(acks, false).await;
                     }
                 }
-                _ = audit.tick() => {
+                _ = audit.tick(), if audit_wait.is_none() => {
+                    if let Some((_, _, link)) = self.link.clone() {
+                        if self.lead.may_program() {
+                            // Wait for an audit turn (a bounded rate across all switches)
+                            // without holding up the commands.
+                            audit_wait = Some(Box::pin(async move { link.audit_turn().await }));
+                        }
+                    }
+                }
+                _ = async { if let Some(w) = audit_wait.as_mut() { w.await } }, if audit_wait.is_some() => {
+                    audit_wait = None;
                     if self.link.is_some() && self.lead.may_program() {
                         self.installed = None;
                         self.sync(Vec::new(), true).await;
@@ -203,9 +226,12 @@ impl Reconciler {
     async fn handle(&mut self, cmd: ReconcileCmd, acks: &mut Vec<Ack>) -> bool {
         match cmd {
             ReconcileCmd::Desired { flows, ack } => {
-                self.status
-                    .desired_flows
-                    .store(flows.len() as u64, Ordering::Relaxed);
+                self.status.desired_flows.store(
+                    desired_count(&flows, self.status.unknown),
+                    Ordering::Relaxed,
+                );
+                // The digest follows the change (only the differing flows are hashed).
+                self.digest = self.digest.map(|d| d.after(&self.desired, &flows));
                 self.desired = flows;
                 acks.extend(ack);
                 true
@@ -369,8 +395,9 @@ impl Reconciler {
             self.answer_disconnected(acks);
             return;
         };
+        let target = self.target();
         let holds = match read_in_turn(link.as_ref()).await {
-            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &target).is_empty(),
             Err(_) => false,
         };
         if holds {
@@ -450,24 +477,37 @@ impl Reconciler {
         if self.status.unknown {
             return self.reset_unknown(link).await;
         }
+        let digest = self.digest_now();
+        let target = with_marker(&self.desired, &digest);
         let mut turn = None;
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
+                if !audit && self.marker_agrees(link, &digest).await? {
+                    // The switch holds what this controller wants: nothing read, nothing sent.
+                    self.status.marker_verified.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.marker_verified.inc();
+                    self.status
+                        .installed_flows
+                        .store(target.len() as u64, Ordering::Relaxed);
+                    self.installed = Some(target);
+                    return Ok(());
+                }
                 turn = Some(link.turn().await);
+                self.metrics.full_reads.inc();
                 let (f, g) = link.read_state().await?;
                 FlowSet::new(f, g)
             }
         };
         // The diff phase: not the read-back above, which is the switch's time.
         let mut t_diff = Instant::now();
-        let mut diff = FlowSet::diff(&installed, &self.desired);
+        let mut diff = FlowSet::diff(&installed, &target);
         if !diff.is_empty() && turn.is_none() {
             // Wait for the turn without the diff (it is redone after: the inputs are ours).
             drop(diff);
             turn = Some(link.turn().await);
             t_diff = Instant::now();
-            diff = FlowSet::diff(&installed, &self.desired);
+            diff = FlowSet::diff(&installed, &target);
         }
         if diff.is_empty() {
             self.status
@@ -490,7 +530,7 @@ impl Reconciler {
             group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
             "syncing switch"
         );
-        let batch = plan(diff);
+        let batch = marker_last(plan(diff));
         let n = batch.len() as u64;
         self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
@@ -503,10 +543,74 @@ impl Reconciler {
         self.metrics.flow_mods_sent.inc_by(n);
         self.status
             .installed_flows
-            .store(self.desired.len() as u64, Ordering::Relaxed);
-        self.installed = Some(self.desired.clone());
+            .store(target.len() as u64, Ordering::Relaxed);
+        self.installed = Some(target);
         Ok(())
     }
+
+    /// The digest of the desired state (computed whole once, then kept current).
+    fn digest_now(&mut self) -> FlowSetDigest {
+        *self
+            .digest
+            .get_or_insert_with(|| FlowSetDigest::of(&self.desired))
+    }
+
+    /// The desired state with its digest marker: what the switch must hold.
+    fn target(&mut self) -> FlowSet {
+        let d = self.digest_now();
+        with_marker(&self.desired, &d)
+    }
+
+    /// True when the switch's marker (one flow of table 253) records `digest`.
+    async fn marker_agrees(
+        &self,
+        link: &dyn SwitchLink,
+        digest: &FlowSetDigest,
+    ) -> Result<bool, LinkError> {
+        let flows = link.read_marker(marker_cookie()).await?;
+        let agrees =
+            matches!(&flows[..], [m] if FlowSetDigest::from_marker(m).as_ref() == Some(digest));
+        tracing::debug!(node = %self.status.node, agrees, markers = flows.len(), "digest marker read");
+        Ok(agrees)
+    }
+}
+
+/// The flows a node's switch should hold: its pipeline's and the digest marker (an unknown
+/// datapath gets no marker).
+fn desired_count(desired: &FlowSet, unknown: bool) -> u64 {
+    desired.len() as u64 + u64::from(!unknown)
+}
+
+/// The batch with its marker change moved: a strict delete of the marker first and its add
+/// last. In a bundle the order does not matter (it commits whole); a switch without bundles
+/// gets an ordered batch, and a batch cut short (a crash, a lost connection) then leaves no
+/// marker at all, so the next connect reads the table instead of trusting a stale digest.
+fn marker_last(
+    batch: Vec<crate::switches::link::SwitchChange>,
+) -> Vec<crate::switches::link::SwitchChange> {
+    use crate::switches::link::SwitchChange;
+    use ofproto::{FlowMod, FlowModCommand};
+    use topology::pipeline::marker::is_marker;
+    let (markers, mut rest): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .partition(|c| matches!(c, SwitchChange::Flow(fm) if is_marker(&fm.flow)));
+    let (mut adds, deletes): (Vec<_>, Vec<_>) = markers
+        .into_iter()
+        .partition(|c| matches!(c, SwitchChange::Flow(fm) if fm.command == FlowModCommand::Add));
+    let Some(add) = adds.pop() else {
+        // The marker is only deleted (a desired set without it: never for a node's switch).
+        let mut out = deletes;
+        out.extend(rest);
+        return out;
+    };
+    if let SwitchChange::Flow(fm) = &add {
+        rest.insert(
+            0,
+            SwitchChange::Flow(FlowMod::delete_strict(fm.flow.clone())),
+        );
+    }
+    rest.push(add);
+    rest
 }
 
 impl Reconciler {
@@ -576,8 +680,31 @@ async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
 
 #[cfg(test)]
 mod tests {
-    use super::audit_offset;
+    use super::{audit_offset, marker_last};
+    use crate::switches::link::SwitchChange;
+    use ofproto::{Flow, FlowMod, FlowModCommand, Match};
     use std::time::Duration;
+    use topology::pipeline::marker::{is_marker, FlowSetDigest};
+
+    #[test]
+    fn a_batch_deletes_the_marker_first_and_writes_it_last() {
+        let f =
+            |i: u32| SwitchChange::Flow(FlowMod::add(Flow::new(0, 100, Match::new().in_port(i))));
+        let marker = FlowSetDigest::default().marker();
+        let batch = vec![f(1), SwitchChange::Flow(FlowMod::add(marker.clone())), f(2)];
+        let out = marker_last(batch);
+        assert_eq!(out.len(), 4);
+        assert!(
+            matches!(&out[0], SwitchChange::Flow(fm) if fm.command == FlowModCommand::DeleteStrict && is_marker(&fm.flow))
+        );
+        assert_eq!(out[1], f(1));
+        assert_eq!(out[2], f(2));
+        assert!(
+            matches!(&out[3], SwitchChange::Flow(fm) if fm.command == FlowModCommand::Add && fm.flow == marker)
+        );
+        // Without a marker change the batch is left as it is.
+        assert_eq!(marker_last(vec![f(1), f(2)]), vec![f(1), f(2)]);
+    }
 
     #[test]
     fn audits_are_spread_over_the_second_half_of_the_interval() {

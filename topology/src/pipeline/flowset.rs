@@ -494,20 +494,26 @@ impl FlowSet {
         self.runs.len()
     }
 
-    /// The minimal change that turns `installed` into `desired`.
-    pub fn diff(installed: &FlowSet, desired: &FlowSet) -> FlowDiff {
-        let mut d = FlowDiff::default();
+    /// Walks two sets in key order, telling `on` of every flow that differs:
+    /// `(Some(old), None)` only in `installed`, `(None, Some(new))` only in `desired`,
+    /// `(Some(old), Some(new))` same key, other contents. Stretches of one shared run at the
+    /// same place are skipped whole (they are identical).
+    pub fn walk_changes<'a>(
+        installed: &'a FlowSet,
+        desired: &'a FlowSet,
+        mut on: impl FnMut(Option<&'a Flow>, Option<&'a Flow>),
+    ) {
         let mut a = Cursor::new(&installed.runs);
         let mut b = Cursor::new(&desired.runs);
         loop {
             match (a.peek(), b.peek()) {
                 (None, None) => break,
                 (Some(x), None) => {
-                    d.deletes.push(x.clone());
+                    on(Some(x), None);
                     a.advance(1);
                 }
                 (None, Some(y)) => {
-                    d.adds.push(y.clone());
+                    on(None, Some(y));
                     b.advance(1);
                 }
                 (Some(x), Some(y)) => {
@@ -520,11 +526,11 @@ impl FlowSet {
                     }
                     match key_cmp(x, y) {
                         Ordering::Less => {
-                            d.deletes.push(x.clone());
+                            on(Some(x), None);
                             a.advance(1);
                         }
                         Ordering::Greater => {
-                            d.adds.push(y.clone());
+                            on(None, Some(y));
                             b.advance(1);
                         }
                         Ordering::Equal => {
@@ -534,7 +540,7 @@ impl FlowSet {
                                 || x.hard_timeout != y.hard_timeout
                                 || x.flags != y.flags
                             {
-                                d.modifies.push(y.clone());
+                                on(Some(x), Some(y));
                             }
                             a.advance(1);
                             b.advance(1);
@@ -543,6 +549,17 @@ impl FlowSet {
                 }
             }
         }
+    }
+
+    /// The minimal change that turns `installed` into `desired`.
+    pub fn diff(installed: &FlowSet, desired: &FlowSet) -> FlowDiff {
+        let mut d = FlowDiff::default();
+        FlowSet::walk_changes(installed, desired, |old, new| match (old, new) {
+            (Some(x), None) => d.deletes.push(x.clone()),
+            (None, Some(y)) => d.adds.push(y.clone()),
+            (Some(_), Some(y)) => d.modifies.push(y.clone()),
+            (None, None) => {}
+        });
         let (ga, gb) = (installed.groups(), desired.groups());
         let (mut i, mut j) = (0, 0);
         while i < ga.len() || j < gb.len() {
