@@ -52,14 +52,7 @@ async fn hosted(core: &CoreHandle, node: &str) -> Result<Vec<pn::EgressAssignmen
 
 /// Starts the stream for `node` (which must be registered).
 pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<AssignmentStream>, Status> {
-    if node.is_empty() {
-        return Err(Status::invalid_argument("WatchEgress: node name is empty"));
-    }
-    let name = node.clone();
-    let known = core.read(move |c| c.model.node(&name).is_some()).await?;
-    if !known {
-        return Err(ApiError::NotFound(format!("node {node:?} is not registered")).into());
-    }
+    super::require_registered(core, &node, "WatchEgress").await?;
     // Subscribe before the first read, so no change between the two is missed.
     let mut events = core.subscribe();
     let (tx, rx) = mpsc::channel::<Result<pn::EgressAssignments, Status>>(4);

@@ -7,6 +7,7 @@ use crate::core::{
     Event, Undo,
 };
 use crate::error::ApiError;
+use proto::admin as pa;
 use std::net::Ipv4Addr;
 use topology::model::{NamespaceInfo, NodeInfo};
 use topology::{ClusterModel, ModelError, PodAttach, PodInfo};
@@ -473,5 +474,39 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
         Err(ApiError::Invalid(format!(
             "{kind} name {name:?} is invalid: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
         )))
+    }
+}
+
+/// The one annotation `key` that a `kind` keeps, as an annotate request asks it: `Some(value)`
+/// to set it, `None` to remove it; or why the request is refused (nothing given, another key,
+/// the key both set and removed). `keeps` follows "is not one flowmesh keeps" in the message.
+pub fn single_annotation<'a>(
+    kind: &str,
+    name: &str,
+    key: &str,
+    keeps: &str,
+    r: &'a pa::AnnotateRequest,
+) -> Result<Option<&'a str>, ApiError> {
+    if r.set.is_empty() && r.remove.is_empty() {
+        return Err(ApiError::Invalid(format!(
+            "{kind} {name}: no annotations given (KEY=VALUE to set, KEY- to remove)"
+        )));
+    }
+    if let Some(k) = r
+        .set
+        .keys()
+        .chain(r.remove.iter())
+        .find(|k| k.as_str() != key)
+    {
+        return Err(ApiError::Invalid(format!(
+            "{kind} {name}: annotation {k:?} is not one flowmesh keeps{keeps} (it keeps {key})"
+        )));
+    }
+    match (r.set.get(key), r.remove.is_empty()) {
+        (Some(_), false) => Err(ApiError::Invalid(format!(
+            "{kind} {name}: annotation {key:?} is both set and removed"
+        ))),
+        (Some(v), true) => Ok(Some(v.as_str())),
+        (None, _) => Ok(None),
     }
 }

@@ -96,6 +96,9 @@ pub struct Reconciler {
     /// The digest of `desired` (None until needed; kept current from each new desired set's
     /// changes).
     digest: Option<FlowSetDigest>,
+    /// The meter features of the connection (by conn_id) as last read; None inside: the switch
+    /// has no meters.
+    meter_features: Option<(u64, Option<ofproto::MeterFeatures>)>,
 }
 
 /// When a reconciler audits first: between half and the whole of `interval` after it starts,
@@ -150,6 +153,7 @@ impl Reconciler {
             standby_acks: Vec::new(),
             standby_check: STANDBY_CHECK,
             digest: None,
+            meter_features: None,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -270,7 +274,7 @@ impl Reconciler {
                         self.status.node
                     ))),
                     Some((_, _, link)) => match read_in_turn(link.as_ref()).await {
-                        Ok((f, g)) => Ok(FlowSet::new(f, g)),
+                        Ok((f, g, m)) => Ok(FlowSet::new(f, g).with_meters(m)),
                         Err(e) => Err(ApiError::Unavailable(format!(
                             "reading the switch of node {}: {e}",
                             self.status.node
@@ -395,9 +399,13 @@ impl Reconciler {
             self.answer_disconnected(acks);
             return;
         };
-        let target = self.target();
         let holds = match read_in_turn(link.as_ref()).await {
-            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &target).is_empty(),
+            Ok((f, g, m)) => match self.target_for(link.as_ref()).await {
+                Ok((target, _)) => {
+                    FlowSet::diff(&FlowSet::new(f, g).with_meters(m), &target).is_empty()
+                }
+                Err(_) => false,
+            },
             Err(_) => false,
         };
         if holds {
@@ -477,8 +485,7 @@ impl Reconciler {
         if self.status.unknown {
             return self.reset_unknown(link).await;
         }
-        let digest = self.digest_now();
-        let target = with_marker(&self.desired, &digest);
+        let (target, digest) = self.target_for(link).await?;
         let mut turn = None;
         let installed = match self.installed.take() {
             Some(i) => i,
@@ -495,8 +502,8 @@ impl Reconciler {
                 }
                 turn = Some(link.turn().await);
                 self.metrics.full_reads.inc();
-                let (f, g) = link.read_state().await?;
-                FlowSet::new(f, g)
+                let (f, g, m) = link.read_state().await?;
+                FlowSet::new(f, g).with_meters(m)
             }
         };
         // The diff phase: not the read-back above, which is the switch's time.
@@ -528,13 +535,30 @@ impl Reconciler {
             modifies = diff.modifies.len(),
             deletes = diff.deletes.len(),
             group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
+            meter_changes = diff.meter_adds.len() + diff.meter_modifies.len() + diff.meter_deletes.len(),
             "syncing switch"
         );
-        let batch = marker_last(plan(diff));
-        let n = batch.len() as u64;
+        let steps = marker_steps(plan(diff));
+        let n = steps.iter().map(Vec::len).sum::<usize>() as u64;
         self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
-        link.apply(batch).await?;
+        let mut base = 0;
+        for step in steps {
+            let len = step.len();
+            link.apply(step).await.map_err(|e| match e {
+                LinkError::Refused {
+                    index,
+                    change,
+                    error,
+                } => LinkError::Refused {
+                    index: base + index,
+                    change,
+                    error,
+                },
+                e => e,
+            })?;
+            base += len;
+        }
         drop(turn);
         let took = t.elapsed();
         self.metrics.phase_switch.observe(took);
@@ -555,10 +579,21 @@ impl Reconciler {
             .get_or_insert_with(|| FlowSetDigest::of(&self.desired))
     }
 
-    /// The desired state with its digest marker: what the switch must hold.
-    fn target(&mut self) -> FlowSet {
-        let d = self.digest_now();
-        with_marker(&self.desired, &d)
+    /// What the switch must hold (the desired state as this switch gets it, see
+    /// [`Reconciler::effective_desired`], with its digest marker) and that digest. The kept
+    /// digest covers the whole desired state; a switch that cannot hold the meters gets a set
+    /// without them, whose digest is computed whole (such switches are rare: no meter support).
+    async fn target_for(
+        &mut self,
+        link: &dyn SwitchLink,
+    ) -> Result<(FlowSet, FlowSetDigest), LinkError> {
+        let want = self.effective_desired(link).await?;
+        let digest = if want.meters().len() == self.desired.meters().len() {
+            self.digest_now()
+        } else {
+            FlowSetDigest::of(&want)
+        };
+        Ok((with_marker(&want, &digest), digest))
     }
 
     /// True when the switch's marker (one flow of table 253) records `digest`.
@@ -572,6 +607,57 @@ impl Reconciler {
             matches!(&flows[..], [m] if FlowSetDigest::from_marker(m).as_ref() == Some(digest));
         tracing::debug!(node = %self.status.node, agrees, markers = flows.len(), "digest marker read");
         Ok(agrees)
+    }
+
+    /// What this switch gets: the desired state, or, on a switch that cannot hold its meters,
+    /// the desired state without them and without the flows that use them (audit logging is
+    /// then off there; the pipeline is otherwise whole). The switch's meter features are read
+    /// once per connection.
+    async fn effective_desired(&mut self, link: &dyn SwitchLink) -> Result<FlowSet, LinkError> {
+        if self.desired.meters().is_empty() {
+            self.set_audit_status(String::new());
+            return Ok(self.desired.clone());
+        }
+        let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
+        let features = match &self.meter_features {
+            Some((c, f)) if *c == conn_id => *f,
+            _ => {
+                let f = link.meter_features().await?;
+                self.meter_features = Some((conn_id, f));
+                f
+            }
+        };
+        let refusal = match features {
+            None => Some("the switch answers no meter request (it has no meters)".to_string()),
+            Some(f) => self.desired.meters().iter().find_map(|m| f.refusal(m)),
+        };
+        match refusal {
+            None => {
+                self.set_audit_status("on".into());
+                Ok(self.desired.clone())
+            }
+            Some(why) => {
+                let text = format!(
+                    "audit logging is off on this switch: {why}; it needs an OpenFlow meter to rate-limit the audit packet-ins (Open vSwitch's userspace datapath, or a kernel datapath with meter support)"
+                );
+                if self.set_audit_status(format!("off: {why}")) {
+                    tracing::error!(node = %self.status.node, "{text}");
+                    self.status.set_error(&text);
+                }
+                Ok(self.desired.without_meters())
+            }
+        }
+    }
+
+    /// Show the audit-logging state of this switch; true when it changed.
+    fn set_audit_status(&self, text: String) -> bool {
+        match self.status.audit.lock() {
+            Ok(mut a) if *a != text => {
+                *a = text;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -611,6 +697,31 @@ fn marker_last(
     }
     rest.push(add);
     rest
+}
+
+/// The batch as the steps it goes out in ([`marker_last`] first). A batch that changes the
+/// marker and a meter is cut in three: the marker's delete alone, the changes, the marker's
+/// add alone. Meter-mods cannot be bundled (they go just before and after the bundle), so
+/// this way no meter changes while the switch holds a marker (a connection lost half-way
+/// leaves no marker, and the next connect reads the switch whole).
+fn marker_steps(
+    batch: Vec<crate::switches::link::SwitchChange>,
+) -> Vec<Vec<crate::switches::link::SwitchChange>> {
+    use crate::switches::link::SwitchChange;
+    use ofproto::FlowModCommand;
+    use topology::pipeline::marker::is_marker;
+    let mut batch = marker_last(batch);
+    let meters = batch.iter().any(|c| matches!(c, SwitchChange::Meter(_)));
+    let first_is_marker_delete = matches!(batch.first(), Some(SwitchChange::Flow(fm))
+        if fm.command == FlowModCommand::DeleteStrict && is_marker(&fm.flow));
+    let last_is_marker_add = matches!(batch.last(), Some(SwitchChange::Flow(fm))
+        if fm.command == FlowModCommand::Add && is_marker(&fm.flow));
+    if !meters || !first_is_marker_delete || !last_is_marker_add || batch.len() < 3 {
+        return vec![batch];
+    }
+    let add = batch.split_off(batch.len() - 1);
+    let middle = batch.split_off(1);
+    vec![batch, middle, add]
 }
 
 impl Reconciler {
@@ -680,11 +791,273 @@ async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{audit_offset, marker_last};
-    use crate::switches::link::SwitchChange;
-    use ofproto::{Flow, FlowMod, FlowModCommand, Match};
-    use std::time::Duration;
-    use topology::pipeline::marker::{is_marker, FlowSetDigest};
+    use super::*;
+    use crate::switches::link::{LinkFuture, SwitchChange, SwitchState};
+    use ofproto::meter::meter_flags;
+    use ofproto::{
+        Action, Flow, FlowMod, FlowModCommand, Match, Meter, MeterBand, MeterFeatures,
+        MeterModCommand,
+    };
+    use std::sync::Mutex;
+    use topology::pipeline::marker::is_marker;
+
+    /// A switch held in memory: it applies what it is sent and counts the changes.
+    #[derive(Default)]
+    struct MemorySwitch {
+        state: Mutex<(Vec<Flow>, Vec<Meter>)>,
+        sent: Mutex<Vec<SwitchChange>>,
+        meters: Option<MeterFeatures>,
+        /// The length of each batch applied, in order.
+        batches: Mutex<Vec<usize>>,
+        /// When set, a batch with a meter change is lost (the connection drops before it).
+        lose_meter_batches: std::sync::atomic::AtomicBool,
+    }
+
+    impl SwitchLink for MemorySwitch {
+        fn peer(&self) -> String {
+            "memory".into()
+        }
+        fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
+            let (f, m) = self.state.lock().expect("state").clone();
+            Box::pin(async move { Ok((f, Vec::new(), m)) })
+        }
+        fn meter_features(&self) -> LinkFuture<'_, Result<Option<MeterFeatures>, LinkError>> {
+            let f = self.meters;
+            Box::pin(async move { Ok(f) })
+        }
+        fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
+            if self.lose_meter_batches.load(Ordering::Relaxed)
+                && changes.iter().any(|c| matches!(c, SwitchChange::Meter(_)))
+            {
+                return Box::pin(async { Err(LinkError::Disconnected("lost".into())) });
+            }
+            self.batches.lock().expect("batches").push(changes.len());
+            let mut st = self.state.lock().expect("state");
+            for c in &changes {
+                match c {
+                    SwitchChange::Flow(fm) => {
+                        st.0.retain(|f| topology::pipeline::flowset::key_cmp(f, &fm.flow).is_ne());
+                        if fm.command == FlowModCommand::Add {
+                            st.0.push(fm.flow.clone());
+                        }
+                    }
+                    SwitchChange::Meter(mm) => {
+                        st.1.retain(|m| m.meter_id != mm.meter.meter_id);
+                        if mm.command != MeterModCommand::Delete {
+                            st.1.push(mm.meter.clone());
+                        }
+                    }
+                    SwitchChange::Group(_) => {}
+                }
+            }
+            self.sent.lock().expect("sent").extend(changes);
+            Box::pin(async { Ok(()) })
+        }
+        fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    fn ovs_meters() -> Option<MeterFeatures> {
+        Some(MeterFeatures {
+            max_meter: 262_144,
+            band_types: 2,
+            capabilities: 0xf,
+            max_bands: 8,
+            max_color: 0,
+        })
+    }
+
+    /// A pipeline with one audit flow using meter 1, and a plain flow.
+    fn desired(rate: u32) -> FlowSet {
+        let logged = Flow::new(80, 181, Match::new().in_port(3)).apply(vec![Action::Controller {
+            max_len: u16::MAX,
+            controller_id: 0xf10e,
+            reason: 1,
+            userdata: vec![1],
+            pause: false,
+            meter_id: Some(1),
+            extended: false,
+        }]);
+        let plain = Flow::new(80, 180, Match::new().in_port(3));
+        FlowSet::new(vec![logged, plain], Vec::new()).with_meters(vec![Meter {
+            meter_id: 1,
+            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
+            bands: vec![MeterBand::drop(rate, rate)],
+        }])
+    }
+
+    /// Start a reconciler on `switch` with `want`, and wait for its first sync's ack.
+    async fn synced(switch: Arc<MemorySwitch>, want: FlowSet) -> ReconcilerHandle {
+        let h = Reconciler::spawn(
+            "node-1",
+            false,
+            FlowSet::default(),
+            Duration::from_secs(3600),
+            Arc::new(Metrics::default()),
+            &crate::ha::Leadership::alone(),
+        );
+        h.tx.send(ReconcileCmd::Connected {
+            conn_id: 1,
+            dpid: 1,
+            link: switch,
+        })
+        .expect("connected");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: want,
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        h
+    }
+
+    #[tokio::test]
+    async fn meters_go_first_and_a_restart_with_nothing_changed_sends_nothing() {
+        let switch = Arc::new(MemorySwitch {
+            meters: ovs_meters(),
+            ..Default::default()
+        });
+        let h = synced(switch.clone(), desired(20)).await;
+        let sent: Vec<SwitchChange> = std::mem::take(&mut *switch.sent.lock().expect("sent"));
+        // The marker's delete alone, the meter and the flows, the marker's add alone.
+        assert_eq!(sent.len(), 5, "{sent:?}");
+        assert_eq!(*switch.batches.lock().expect("batches"), vec![1, 3, 1]);
+        assert!(matches!(&sent[1], SwitchChange::Meter(mm) if mm.command == MeterModCommand::Add));
+        assert!(matches!(&sent[4], SwitchChange::Flow(fm) if is_marker(&fm.flow)));
+        assert_eq!(h.status.audit.lock().expect("audit").as_str(), "on");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+
+        // A restarted controller (a new reconciler) against the same switch: nothing sent.
+        let h = synced(switch.clone(), desired(20)).await;
+        assert!(switch.sent.lock().expect("sent").is_empty());
+        assert_eq!(h.status.mods_sent.load(Ordering::Relaxed), 0);
+
+        // A new rate is one meter modify and the new marker (the old one deleted first).
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(50),
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        let sent = switch.sent.lock().expect("sent").clone();
+        assert!(
+            matches!(&sent[..], [SwitchChange::Flow(del), SwitchChange::Meter(mm), SwitchChange::Flow(add)]
+                if mm.command == MeterModCommand::Modify && mm.meter.bands[0].rate == 50
+                    && del.command == FlowModCommand::DeleteStrict && is_marker(&del.flow)
+                    && add.command == FlowModCommand::Add && is_marker(&add.flow)),
+            "{sent:?}"
+        );
+    }
+
+    /// The switch's marker, as a reconnecting controller reads it.
+    fn marker_of(switch: &MemorySwitch) -> Vec<Flow> {
+        let st = switch.state.lock().expect("state");
+        st.0.iter().filter(|f| is_marker(f)).cloned().collect()
+    }
+
+    #[tokio::test]
+    async fn a_changed_meter_is_never_hidden_by_an_agreeing_marker() {
+        let switch = Arc::new(MemorySwitch {
+            meters: ovs_meters(),
+            ..Default::default()
+        });
+        let h = synced(switch.clone(), desired(20)).await;
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+        switch.sent.lock().expect("sent").clear();
+
+        // A controller restarted with a new audit rate (the flows are the same): the marker
+        // disagrees, the switch is read, and the meter is modified.
+        let h = synced(switch.clone(), desired(50)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
+        let meters = switch.state.lock().expect("state").1.clone();
+        assert_eq!(meters.len(), 1);
+        assert_eq!(meters[0].bands[0].rate, 50, "{meters:?}");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+
+        // A meter change lost half-way (the connection drops when the meter-mod goes out)
+        // leaves no marker behind: the stale marker of rate 50 cannot vouch for the switch.
+        let h = synced(switch.clone(), desired(50)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 1);
+        switch.lose_meter_batches.store(true, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(70),
+            ack: Some(Ack {
+                tx,
+                require_connected: false,
+            }),
+        })
+        .expect("desired");
+        let answer = rx.await.expect("answered");
+        assert!(answer.is_err(), "the lost batch is not acknowledged");
+        assert!(marker_of(&switch).is_empty(), "{:?}", marker_of(&switch));
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+        // A controller that went back to rate 50 reads the switch (no marker) and finds it
+        // holding what it wants; one with rate 70 repairs the meter.
+        switch.lose_meter_batches.store(false, Ordering::Relaxed);
+        let h = synced(switch.clone(), desired(70)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
+        assert_eq!(switch.state.lock().expect("state").1[0].bands[0].rate, 70);
+        assert_eq!(marker_of(&switch).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_switch_without_meters_gets_the_pipeline_without_audit_flows_and_says_why() {
+        let switch = Arc::new(MemorySwitch::default()); // answers no meter request
+        let h = synced(switch.clone(), desired(20)).await;
+        let (flows, meters) = switch.state.lock().expect("state").clone();
+        assert!(meters.is_empty());
+        let flows: Vec<Flow> = flows.into_iter().filter(|f| !is_marker(f)).collect();
+        assert_eq!(flows.len(), 1, "only the flow without a meter: {flows:?}");
+        assert_eq!(flows[0].priority, 180);
+        // The marker records what this switch got (no meters): a restart finds it agreeing.
+        assert_eq!(marker_of(&switch).len(), 1);
+        let want = FlowSetDigest::of(&desired(20).without_meters());
+        assert_eq!(
+            FlowSetDigest::from_marker(&marker_of(&switch)[0]),
+            Some(want)
+        );
+        let audit = h.status.audit.lock().expect("audit").clone();
+        assert!(audit.starts_with("off: "), "{audit}");
+        let err = h.status.last_error.lock().expect("error").clone();
+        assert!(
+            err.contains("audit logging is off") && err.contains("meter"),
+            "{err}"
+        );
+        assert!(h.status.synced.load(Ordering::Relaxed));
+        // The next sync finds nothing to do and counts no second error.
+        let errors = h.status.errors.load(Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(20),
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        assert_eq!(h.status.errors.load(Ordering::Relaxed), errors);
+        // The flow and the marker (its delete first: marker_last).
+        assert_eq!(switch.sent.lock().expect("sent").len(), 3);
+    }
 
     #[test]
     fn a_batch_deletes_the_marker_first_and_writes_it_last() {
@@ -708,6 +1081,7 @@ mod tests {
 
     #[test]
     fn audits_are_spread_over_the_second_half_of_the_interval() {
+        use super::audit_offset;
         let i = Duration::from_secs(30);
         let offsets: std::collections::BTreeSet<_> = (0..100)
             .map(|n| audit_offset(&format!("node-{n}"), i))

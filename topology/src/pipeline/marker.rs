@@ -1,17 +1,17 @@
 //! The digest marker of table 253: one flow, written in the same bundle as every change the
 //! controller commits to a switch, whose note carries a digest of the switch's whole desired
-//! flow set (flows and groups, the marker itself excluded). A controller that connects to a
+//! state (flows, groups and meters, the marker itself excluded). A controller that connects to a
 //! switch (restart, reconnect, a new leader) reads this one flow instead of the whole table:
 //! equal digests mean the switch holds what this controller wants, and nothing is read or sent.
 //!
 //! The digest is a multiset hash: the wrapping sum of a 128-bit hash of every flow (and, apart,
-//! of every group), so a change of a few flows updates it from the diff alone
+//! of every group and of every meter), so a change of a few flows updates it from the diff alone
 //! ([`FlowSetDigest::after`]) without hashing the whole set again.
 
 use crate::pipeline::cookie::{self, Feature, ObjectKind};
 use crate::pipeline::flowset::FlowSet;
 use crate::pipeline::tables::TableId;
-use ofproto::{Action, Flow, Group, Instruction, Match};
+use ofproto::{Action, Flow, Group, Instruction, Match, Meter};
 use std::hash::BuildHasher;
 
 /// The marker's priority in table 253 (the pipeline version note is at priority 0).
@@ -25,10 +25,12 @@ pub fn marker_cookie() -> u64 {
 /// The table the marker lives in.
 pub const MARKER_TABLE: u8 = TableId::Version as u8;
 
-/// The note's first bytes: what follows is a digest of this layout (version 1).
-const NOTE_TAG: &[u8; 4] = b"fmd1";
+/// The note's first bytes: what follows is a digest of this layout (version 2: with meters;
+/// a version-1 marker reads as no digest, so a switch last written by a build without meters
+/// in its digest is read whole once).
+const NOTE_TAG: &[u8; 4] = b"fmd2";
 
-/// A digest of a switch's desired flows and groups.
+/// A digest of a switch's desired flows, groups and meters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowSetDigest {
     /// Wrapping sum of the flows' hashes.
@@ -37,6 +39,8 @@ pub struct FlowSetDigest {
     pub flow_count: u64,
     /// Wrapping sum of the groups' hashes.
     pub groups: u128,
+    /// Wrapping sum of the meters' hashes (id, flags and bands: a changed rate moves it).
+    pub meters: u128,
 }
 
 /// Fixed seeds: every process of one build hashes alike (a build that hashes differently
@@ -58,11 +62,13 @@ impl FlowSetDigest {
             d.add_flow(f);
         }
         d.groups = groups_digest(set.groups());
+        d.meters = meters_digest(set.meters());
         d
     }
 
     /// The digest of `desired`, from the digest `self` of `previous`: only the flows that
-    /// differ are hashed (shared runs are skipped), the groups again (they are few).
+    /// differ are hashed (shared runs are skipped), the groups and meters again (they are
+    /// few).
     pub fn after(&self, previous: &FlowSet, desired: &FlowSet) -> Self {
         let mut d = *self;
         FlowSet::walk_changes(previous, desired, |old, new| {
@@ -74,6 +80,7 @@ impl FlowSetDigest {
             }
         });
         d.groups = groups_digest(desired.groups());
+        d.meters = meters_digest(desired.meters());
         d
     }
 
@@ -93,6 +100,7 @@ impl FlowSetDigest {
         n.extend_from_slice(&self.flows.to_be_bytes());
         n.extend_from_slice(&self.flow_count.to_be_bytes());
         n.extend_from_slice(&self.groups.to_be_bytes());
+        n.extend_from_slice(&self.meters.to_be_bytes());
         // Open vSwitch pads a note action (10 bytes of header and the note) to a multiple of
         // 8 bytes and reads it back padded: pad it here, so it reads back identical.
         while !(10 + n.len()).is_multiple_of(8) {
@@ -127,8 +135,9 @@ impl FlowSetDigest {
         let flows = u128::from_be_bytes(body.get(0..16)?.try_into().ok()?);
         let flow_count = u64::from_be_bytes(body.get(16..24)?.try_into().ok()?);
         let groups = u128::from_be_bytes(body.get(24..40)?.try_into().ok()?);
+        let meters = u128::from_be_bytes(body.get(40..56)?.try_into().ok()?);
         if body
-            .get(40..)
+            .get(56..)
             .is_some_and(|rest| rest.iter().any(|b| *b != 0))
         {
             return None;
@@ -137,6 +146,7 @@ impl FlowSetDigest {
             flows,
             flow_count,
             groups,
+            meters,
         })
     }
 }
@@ -147,15 +157,23 @@ fn groups_digest(groups: &[Group]) -> u128 {
         .fold(0u128, |acc, g| acc.wrapping_add(hash128(g)))
 }
 
+fn meters_digest(meters: &[Meter]) -> u128 {
+    meters
+        .iter()
+        .fold(0u128, |acc, m| acc.wrapping_add(hash128(m)))
+}
+
 /// True for the digest marker (table 253, its priority and cookie).
 pub fn is_marker(f: &Flow) -> bool {
     f.table == MARKER_TABLE && f.priority == MARKER_PRIORITY && f.cookie == marker_cookie()
 }
 
-/// `desired` with the marker of its digest `digest` (replacing any marker it holds).
+/// `desired` with the marker of its digest `digest` (replacing any marker it holds; its groups
+/// and meters kept).
 pub fn with_marker(desired: &FlowSet, digest: &FlowSetDigest) -> FlowSet {
     let marker = FlowSet::new(vec![digest.marker()], Vec::new());
     FlowSet::merge(vec![marker, desired.clone()], desired.groups().to_vec())
+        .with_meters(desired.meters().to_vec())
 }
 
 #[cfg(test)]
@@ -206,6 +224,47 @@ mod tests {
             assert_eq!(da.after(&a, b), db, "incremental = from scratch");
             assert_eq!(db.after(b, &a), da, "and back");
         }
+    }
+
+    #[test]
+    fn a_meter_added_deleted_or_changed_moves_the_digest_and_the_marker_keeps_the_meters() {
+        use ofproto::meter::meter_flags;
+        use ofproto::MeterBand;
+        let meter = |id: u32, rate: u32| Meter {
+            meter_id: id,
+            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
+            bands: vec![MeterBand::drop(rate, rate)],
+        };
+        let flows: Vec<Flow> = (0..20).map(|i| flow(i, 9)).collect();
+        let a = set(&flows, Vec::new()).with_meters(vec![meter(1, 20)]);
+        let da = FlowSetDigest::of(&a);
+        let cases = [
+            set(&flows, Vec::new()), // deleted
+            set(&flows, Vec::new()).with_meters(vec![meter(1, 20), meter(2, 5)]), // added
+            set(&flows, Vec::new()).with_meters(vec![meter(1, 50)]), // another rate
+            set(&flows, Vec::new()).with_meters(vec![meter(3, 20)]), // another id
+        ];
+        for b in &cases {
+            let db = FlowSetDigest::of(b);
+            assert_ne!(db, da, "a meter change moves the digest: {:?}", b.meters());
+            assert_eq!(db.flows, da.flows, "the flows are the same");
+            assert_eq!(da.after(&a, b), db, "incremental = from scratch");
+            // The marker records it: a switch holding `a`'s marker does not agree with `b`.
+            assert_ne!(FlowSetDigest::from_marker(&da.marker()), Some(db));
+            assert_eq!(FlowSetDigest::from_marker(&db.marker()), Some(db));
+        }
+        // The marked set is what the switch must hold: the meters are kept.
+        let marked = with_marker(&a, &da);
+        assert_eq!(marked.meters(), a.meters());
+        assert_eq!(FlowSetDigest::of(&marked), da);
+        // A marker of the previous layout (no meters) reads as no digest.
+        let mut v1 = da.marker();
+        if let Some(Instruction::ApplyActions(acts)) = v1.instructions.first_mut() {
+            if let Some(Action::Note(n)) = acts.first_mut() {
+                n[..4].copy_from_slice(b"fmd1");
+            }
+        }
+        assert_eq!(FlowSetDigest::from_marker(&v1), None);
     }
 
     #[test]
