@@ -238,9 +238,41 @@ pub async fn lookup_ofport(
 /// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows. An
 /// ofport of 0 is looked up on the node's switch by the port name.
 pub async fn attach_pod(core: &CoreHandle, mut pod: PodRequest) -> Result<PodInfo, ApiError> {
+    wait_for_namespace(core, &pod.namespace, NAMESPACE_WAIT).await?;
     resolve_pod_ofport(core, &mut pod).await?;
     pod.validate()?;
     core.mutate(move |m| attach_pod_in(m, &pod)).await
+}
+
+/// How long an attach waits for its namespace to arrive from a watched store.
+pub const NAMESPACE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// With a watched store (Kubernetes, etcd), waits up to `limit` for `namespace` to be in the
+/// model. kubelet starts a pod's sandbox as soon as the Pod is scheduled, often before this
+/// replica's watch has brought the Namespace created just before it (as OpenShift SDN's node
+/// waits for the NetNamespace's VNID); without the wait the attach failed with "namespace not
+/// found" and kubelet retried the sandbox only after its back-off. Returns at once when the
+/// namespace is there, when the store is not watched (nothing else creates namespaces), or
+/// when the name is not a valid one; the attach itself then reports what is missing.
+pub async fn wait_for_namespace(
+    core: &CoreHandle,
+    namespace: &str,
+    limit: std::time::Duration,
+) -> Result<(), ApiError> {
+    if check_name("namespace", namespace).is_err() {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let ns = namespace.to_string();
+        let (present, watched) = core
+            .read(move |c| (c.model.namespace(&ns).is_some(), c.store_is_watched()))
+            .await?;
+        if present || !watched || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// An ofport of 0 is looked up on the node's switch by the pod's port name.
