@@ -16,6 +16,8 @@
 #   `controllers`, `openflow-targets` and mode set for this cluster, as docs/install.md says to
 #   edit them), the controller's TLS Secret and each node's certificate from `flowmeshctl
 #   certs lab`; it waits until the controller replicas are Ready and every node is Ready;
+# * routes from the control plane's namespace to each node's pod subnet via that node (the API
+#   server reaches pods as on masters that are nodes);
 # * then the cluster DNS, CoreDNS (scripts/cluster/coredns.yaml: cluster.local only, no
 #   forwarder) behind kube-system/kube-dns at 172.30.0.10, kubelet's clusterDNS; in multitenant
 #   mode kube-system is made global first (NETID 0, as OpenShift makes its DNS project global),
@@ -515,6 +517,19 @@ log "waiting for the controller replicas, the node shims and Ready nodes"
 wait_for "controller Deployment available" 300 kubectl_cp -n flowmesh rollout status deployment/flowmesh-controller --timeout=5s
 wait_for "node DaemonSet rolled out" 300 kubectl_cp -n flowmesh rollout status daemonset/flowmesh-node --timeout=5s
 wait_for "nodes Ready" 300 kubectl_cp wait --for=condition=Ready node --all --timeout=5s
+
+# The control plane reaches pods as on masters that are nodes (OpenShift's are: the API server's
+# proxy to pods and services, webhooks): a route in its namespace for each node's pod subnet via
+# that node, whose tun0 takes it into br0 (traffic from a node, NETID 0). Each reply leaves the
+# pod's own node the way the request came.
+hostsubnets() {
+  kubectl_cp get hostsubnets -o jsonpath='{range .items[*]}{.subnet} {.hostIP}{"\n"}{end}'
+}
+all_hostsubnets() { [[ $(hostsubnets | grep -c .) -eq $NODES ]]; }
+wait_for "a HostSubnet for every node" 120 all_hostsubnets
+while read -r subnet host_ip; do
+  ip -n $CP route replace "$subnet" via "$host_ip"
+done < <(hostsubnets)
 
 log "cluster DNS (CoreDNS at $CLUSTER_DNS_IP)"
 if [[ $mode == multitenant ]]; then
