@@ -70,15 +70,7 @@ k8s_dir=$(ls -d "$upstream_dir/../gomod/k8s.io/kubernetes@"*/ 2>/dev/null | head
 [[ -d $k8s_dir/test/images/agnhost/porter ]] || { log "no kubernetes module under $upstream_dir/../gomod"; exit 1; }
 readonly DNSUTILS_REF=registry.k8s.io/e2e-test-images/jessie-dnsutils:$(cat "$k8s_dir/test/images/jessie-dnsutils/VERSION")
 
-need=()
-for pkg in mmdebstrap jq; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$root/scripts/deps.sh" mmdebstrap jq
 
 mkdir -p "$cache/rootfs" "$cache/images" "$cache/lists"
 exec 9>"$cache/lock"

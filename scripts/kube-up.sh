@@ -69,15 +69,7 @@ exec 8>"$dir.lock"
 flock 8
 
 # --- what it needs ----------------------------------------------------------------------------
-need=()
-for pkg in openvswitch-switch iproute2 iptables conntrack etcd-server containernetworking-plugins openssl jq util-linux ethtool; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$root/scripts/deps.sh" openvswitch-switch iproute2 iptables conntrack etcd-server containernetworking-plugins openssl jq util-linux ethtool
 
 UPSTREAM_BIN=$(bash "$root/scripts/upstream.sh" | tail -n1)
 image_list=$(bash "$root/scripts/images.sh" "${bin_args[@]}" | tail -n1)
