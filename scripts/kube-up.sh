@@ -299,7 +299,10 @@ start_node() {
   ip link add "$n-eth0" netns $ns type veth peer name "$n" netns $UL
   ip -n $UL link set "$n" master br-ul up
   ip -n $ns link set "$n-eth0" name eth0
-  ip -n $ns link set eth0 up
+  # eth0 is br-phy's port, not an interface of the node's own: without `arp off` the node's
+  # kernel answers underlay ARP for the node's address a second time, from eth0's MAC, and a
+  # peer's Open vSwitch that kept that answer sent VXLAN to a MAC br-phy does not take in.
+  ip -n $ns link set eth0 arp off up
   ip -n $ns link set lo up
   ip netns exec $ns ethtool -K eth0 tx off >/dev/null
   # Cgroups: the node's own root in every hierarchy (cpuset with its parent's cpus and mems).
