@@ -4,6 +4,9 @@
 //! pods, 10,000 namespaces, three policies per namespace) on one core, with peak memory; and
 //! the cost of relabelling one pod (model, recompute and diff of the affected nodes). `--hash`
 //! adds digests of every node's flows and groups (after the full compute and the relabels).
+//! `--shape antrea-75k | antrea-10k` computes one of the two shapes of Antrea's controller
+//! benchmark instead of the synthetic cluster (`topology::bench::antrea`), first in the
+//! process, so that the peak memory printed is the shape's.
 
 use super::arg_value;
 
@@ -14,6 +17,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let pods: usize = arg_value(args, "--pods", 150_000)?;
     let namespaces: usize = arg_value(args, "--namespaces", 10_000)?;
     let samples: usize = arg_value(args, "--samples", 5)?;
+    let shape: String = arg_value(args, "--shape", String::new())?;
+    if !shape.is_empty() {
+        let shape = topology::bench::antrea::Shape::parse(&shape)
+            .ok_or_else(|| format!("--shape: {shape:?} is not one of antrea-75k, antrea-10k"))?;
+        let report = topology::bench::netpol::run_netpol_shape(shape, policy_nodes, samples)
+            .map_err(|e| e.to_string())?;
+        println!("{report}");
+        return Ok(());
+    }
     // A digest of every node's flows, to check that a code change keeps them byte-identical.
     let hash = args.iter().any(|a| a == "--hash");
     let report = topology::bench::netpol::run_netpol_hashing(
