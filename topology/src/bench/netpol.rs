@@ -2,7 +2,7 @@
 //! pods and allowing 200 peer pods on 3 ports; the full computation of a networkpolicy-mode
 //! cluster with three policies per namespace; and the cost of relabelling one pod.
 
-use super::antrea::{run_shape, Shape, ShapeReport};
+use super::antrea::{run_shape, Shape, ShapeReport, ShapeSize};
 use super::{
     cluster_digest, cpu_secs, flowset_digest, peak_rss_kib, synthetic_cluster_in, BenchError,
 };
@@ -264,10 +264,11 @@ fn cluster_policies(m: &mut ClusterModel, teams: usize) -> Result<usize, BenchEr
 /// memory is the shape's), then the 200×200 scenario, which is small.
 pub fn run_netpol_shape(
     shape: Shape,
+    size: ShapeSize,
     policy_nodes: usize,
     samples: usize,
 ) -> Result<NetpolReport, BenchError> {
-    let s = run_shape(shape, shape.full(), samples)?;
+    let s = run_shape(shape, size, samples)?;
     Ok(NetpolReport {
         policy_nodes,
         policy_flows: policy_200x200(policy_nodes, false)?,
@@ -449,7 +450,7 @@ impl fmt::Display for NetpolReport {
             let k = s.shape.key();
             write!(
                 f,
-                " shape={} model_secs={:.3} node_flows_min={} node_flows_median={} node_flows_max={} {k}_compute_secs={:.2} {k}_compute_wall_secs={:.3} {k}_peak_rss_mib={} {k}_flows={}",
+                " shape={} model_secs={:.3} node_flows_min={} node_flows_median={} node_flows_max={} {k}_compute_secs={:.2} {k}_compute_wall_secs={:.3} {k}_peak_rss_mib={} {k}_flows={} {k}_actions={}",
                 s.shape.name(),
                 s.model_secs,
                 s.node_flows[0],
@@ -458,7 +459,8 @@ impl fmt::Display for NetpolReport {
                 s.compute_cpu_secs,
                 s.compute_secs,
                 s.peak_rss_mib,
-                s.total_flows
+                s.total_flows,
+                s.total_actions
             )?;
         }
         Ok(())
