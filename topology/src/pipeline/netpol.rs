@@ -944,8 +944,7 @@ impl PolicyCache {
         // repeating an earlier one's rules for the same pods adds no traffic, and its
         // conjunctions would only add a `conjunction` action to every clause flow (10,000
         // identical policies gave each peer flow 10,000 actions). Its pods stay isolated.
-        let mut seen: HashSet<(usize, Box<[Ipv4Addr]>, &[crate::model::PolicyRule]), FastHash> =
-            HashSet::default();
+        let mut seen: HashSet<SeenRules<'_>, FastHash> = HashSet::default();
         for (p, policy_stamp) in model.policies_in_stamped(ns) {
             let selected: Vec<&PodInfo> = pods
                 .iter()
@@ -1097,6 +1096,9 @@ impl PolicyCache {
         })
     }
 }
+
+/// A direction's rules (by index: 0 ingress, 1 egress) for the pods with these addresses.
+type SeenRules<'m> = (usize, Box<[Ipv4Addr]>, &'m [crate::model::PolicyRule]);
 
 /// The namespace of a non-empty run of one namespace's pods.
 fn namespace_of<'p>(pods: &[&'p PodInfo]) -> &'p str {
