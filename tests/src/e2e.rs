@@ -683,12 +683,16 @@ pub fn udp_probe(
 /// The lab [`CniCluster`] runs on: 3 nodes, userspace datapath, no tun0 (the shims make
 /// it), tunnel neighbours seeded. Panics when it cannot start.
 pub fn cni_lab() -> NetnsLab {
+    cni_lab_result().unwrap_or_else(|e| panic!("lab: {e}"))
+}
+
+/// [`cni_lab`], returning why it could not start instead of panicking.
+pub fn cni_lab_result() -> Result<NetnsLab> {
     NetnsLab::builder()
         .nodes(3)
         .tun0(false)
         .seed_neighbors(true)
         .start()
-        .unwrap_or_else(|e| panic!("lab: {e}"))
 }
 
 /// A 3-node `NetnsLab` (userspace datapath, no tun0, neighbours seeded) with the real

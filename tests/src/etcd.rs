@@ -219,6 +219,11 @@ impl EtcdCluster {
         self.members.is_empty()
     }
 
+    /// PID of member `i` while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members.get(i)?.process.as_ref().map(TrackedProcess::pid)
+    }
+
     /// SIGKILL member `i` (its data directory stays).
     pub fn kill(&mut self, i: usize) {
         if let Some(mut p) = self.members[i].process.take() {

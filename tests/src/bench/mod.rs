@@ -10,6 +10,7 @@ pub mod hostile;
 pub mod netpol;
 pub mod push;
 pub mod scale;
+pub mod soak;
 pub mod takeover;
 
 /// `--openflow-max-connections-per-peer` for a controller that `switches` bridges connect to

@@ -1,0 +1,225 @@
+//! The soak's faults, drawn from the seed: kill -9 and SIGSTOP/SIGCONT of the leader and of
+//! standbys, an etcd member killed and restarted, a shim killed and restarted, a switch's
+//! controller connection cut, br0 deleted, a node's underlay link down and up. At most two at
+//! once, never two on one target, never every replica nor two etcd members down.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::cluster::{lock, Cluster, ReplicaState, NODES, REPLICAS};
+use super::history::History;
+use super::judge::FaultSpan;
+
+/// What a fault hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hit {
+    /// Replica i killed (restart at the end).
+    ReplicaKill(usize),
+    /// Replica i stopped (SIGCONT at the end).
+    ReplicaStop(usize),
+    /// etcd member i killed.
+    EtcdKill(usize),
+    /// Node n's shim killed.
+    ShimKill(usize),
+    /// Node n's br0 controller targets removed (put back at the end).
+    SwitchCut(usize),
+    /// Node n's br0 deleted (an instant fault: the shim puts it back).
+    Br0Delete(usize),
+    /// Node n's underlay link down.
+    LinkDown(usize),
+}
+
+/// A fault in progress.
+#[derive(Debug, Clone)]
+pub struct Active {
+    /// Kind (history name).
+    pub kind: String,
+    /// What it hit.
+    pub hit: Hit,
+    /// Whether it hit the leader.
+    pub leader: bool,
+    /// When it began.
+    pub start_ms: u64,
+    /// When it is to end.
+    pub until: Instant,
+    /// The controller targets removed by a switch cut.
+    pub targets: Vec<String>,
+}
+
+impl Active {
+    fn node(&self) -> Option<usize> {
+        match self.hit {
+            Hit::ShimKill(n) | Hit::SwitchCut(n) | Hit::Br0Delete(n) | Hit::LinkDown(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
+    let pid = pid.ok_or("no PID")?;
+    let raw = i32::try_from(pid).map_err(|_| format!("PID {pid}"))?;
+    kill(Pid::from_raw(raw), sig).map_err(|e| format!("{sig} {pid}: {e}"))
+}
+
+/// Draws and starts one fault that does not clash with `active`; None when none fits now.
+pub fn start_one(
+    c: &Cluster,
+    h: &History,
+    rng: &mut StdRng,
+    active: &[Active],
+) -> Result<Option<Active>, String> {
+    let roll = rng.random_range(0..100);
+    let hold = |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..hi));
+    let node = rng.random_range(1..=NODES);
+    let busy_node = active.iter().any(|a| a.node() == Some(node));
+    let replica_faults = active
+        .iter()
+        .filter(|a| matches!(a.hit, Hit::ReplicaKill(_) | Hit::ReplicaStop(_)))
+        .count();
+    let (kind, hit, leader, dur) = match roll {
+        0..=29 => {
+            // A replica: the leader half of the time.
+            if replica_faults >= REPLICAS - 1 {
+                return Ok(None);
+            }
+            let want_leader = rng.random_bool(0.5);
+            let stop = rng.random_bool(0.5);
+            let leader = if want_leader { c.leader() } else { None };
+            let up = c.up_replicas(rng.random_range(0..REPLICAS));
+            let i = match leader {
+                Some(l) => l,
+                None => {
+                    let l = c.leader();
+                    match up.into_iter().find(|&i| Some(i) != l) {
+                        Some(i) => i,
+                        None => return Ok(None),
+                    }
+                }
+            };
+            if lock(&c.replica_state)[i] != ReplicaState::Up {
+                return Ok(None);
+            }
+            let is_leader = leader == Some(i);
+            let who = if is_leader { "leader" } else { "standby" };
+            if stop {
+                (format!("{who}-stop"), Hit::ReplicaStop(i), is_leader, hold(rng, 1_000, 6_000))
+            } else {
+                (format!("{who}-kill"), Hit::ReplicaKill(i), is_leader, hold(rng, 1_000, 8_000))
+            }
+        }
+        30..=41 => {
+            if active.iter().any(|a| matches!(a.hit, Hit::EtcdKill(_))) {
+                return Ok(None);
+            }
+            let i = rng.random_range(0..3);
+            ("etcd-kill".into(), Hit::EtcdKill(i), false, hold(rng, 2_000, 10_000))
+        }
+        42..=55 if !busy_node => ("shim-kill".into(), Hit::ShimKill(node), false, hold(rng, 500, 5_000)),
+        56..=69 if !busy_node => ("switch-cut".into(), Hit::SwitchCut(node), false, hold(rng, 500, 5_000)),
+        70..=82 if !busy_node => ("br0-delete".into(), Hit::Br0Delete(node), false, Duration::ZERO),
+        83..=99 if !busy_node => ("link-down".into(), Hit::LinkDown(node), false, hold(rng, 1_000, 8_000)),
+        _ => return Ok(None),
+    };
+    let mut targets = Vec::new();
+    let start_ms = h.ms();
+    match hit {
+        Hit::ReplicaKill(i) => {
+            lock(&c.replica_state)[i] = ReplicaState::Down;
+            let mut r = lock(&c.replicas);
+            r[i].kill9(&c.lab);
+        }
+        Hit::ReplicaStop(i) => {
+            lock(&c.replica_state)[i] = ReplicaState::Stopped;
+            signal(lock(&c.replicas)[i].pid, Signal::SIGSTOP)?;
+        }
+        Hit::EtcdKill(i) => lock(&c.etcd).kill(i),
+        Hit::ShimKill(n) => {
+            let pid = c.shim(n).pid;
+            c.lab.kill_process(pid);
+        }
+        Hit::SwitchCut(n) => {
+            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
+            let now = ovs.vsctl(["get-controller", "br0"]).map_err(|e| e.to_string())?;
+            targets = now.split_whitespace().map(str::to_owned).collect();
+            ovs.vsctl(["del-controller", "br0"]).map_err(|e| e.to_string())?;
+        }
+        Hit::Br0Delete(n) => {
+            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
+            ovs.vsctl(["--if-exists", "del-br", "br0"]).map_err(|e| e.to_string())?;
+        }
+        Hit::LinkDown(n) => {
+            let ul = c.lab.underlay_ns().to_owned();
+            c.lab
+                .run_in(&ul, "ip", &["link", "set", &format!("n{n}"), "down"])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let a = Active {
+        kind,
+        hit,
+        leader,
+        start_ms,
+        until: Instant::now() + dur,
+        targets,
+    };
+    h.log(
+        "fault-start",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "leader": leader, "hold_ms": dur.as_millis() as u64}),
+    );
+    Ok(Some(a))
+}
+
+/// Ends fault `a` (restarts, SIGCONT, link up, targets back); its span.
+pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
+    match a.hit {
+        Hit::ReplicaKill(i) => {
+            let mut r = lock(&c.replicas);
+            r[i].spawn(&c.lab).map_err(|e| format!("restart replica r{i}: {e}"))?;
+            drop(r);
+            lock(&c.replica_state)[i] = ReplicaState::Up;
+        }
+        Hit::ReplicaStop(i) => {
+            signal(lock(&c.replicas)[i].pid, Signal::SIGCONT)?;
+            lock(&c.replica_state)[i] = ReplicaState::Up;
+        }
+        Hit::EtcdKill(i) => lock(&c.etcd).restart(i).map_err(|e| format!("restart etcd m{i}: {e}"))?,
+        Hit::ShimKill(n) => {
+            let s = crate::cni::start_shim(&c.lab, n, &c.shim_opts).map_err(|e| format!("restart shim {n}: {e}"))?;
+            lock(&c.shims)[n - 1] = s;
+        }
+        Hit::SwitchCut(n) => {
+            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
+            let now = ovs.vsctl(["get-controller", "br0"]).map_err(|e| e.to_string())?;
+            // The shim may have put them back already.
+            if now.trim().is_empty() && !a.targets.is_empty() {
+                let mut args = vec!["set-controller".to_owned(), "br0".to_owned()];
+                args.extend(a.targets.iter().cloned());
+                ovs.vsctl(&args).map_err(|e| e.to_string())?;
+            }
+        }
+        Hit::Br0Delete(_) => {}
+        Hit::LinkDown(n) => {
+            let ul = c.lab.underlay_ns().to_owned();
+            c.lab
+                .run_in(&ul, "ip", &["link", "set", &format!("n{n}"), "up"])
+                .map_err(|e| e.to_string())?;
+            c.lab.seed_tunnel_neighbors().map_err(|e| e.to_string())?;
+        }
+    }
+    let end_ms = h.ms();
+    h.log(
+        "fault-end",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "start_ms": a.start_ms, "end_ms": end_ms}),
+    );
+    Ok(FaultSpan {
+        kind: a.kind.clone(),
+        node: a.node(),
+        start_ms: a.start_ms,
+        end_ms: if matches!(a.hit, Hit::Br0Delete(_)) { a.start_ms } else { end_ms },
+        leader: a.leader,
+    })
+}

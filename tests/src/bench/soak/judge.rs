@@ -1,0 +1,433 @@
+//! Judging the soak's history: which probe results are violations (a forbidden connection that
+//! succeeded, egress traffic with a node's own address), which failures are outages longer than
+//! the issue's fixed recovery windows, and how long the longest outage was. Pure: it reads the
+//! recorded model versions, faults and probes (all in milliseconds since the start of the run)
+//! and is run once the run is over, when every fault's end is known.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::truth::{Model, PodKey, Proto};
+
+/// Window after a fault ends (or after an acknowledged change) within which new connections
+/// must work again: the issue's "everything else ≤ 2 s".
+pub const WINDOW_MS: u64 = 2_000;
+
+/// One state of the objects: written from `start_ms` (the write may act at once), acknowledged
+/// at `ack_ms`.
+#[derive(Debug, Clone)]
+pub struct Version {
+    /// When the write that made it began.
+    pub start_ms: u64,
+    /// When it was acknowledged (after retries).
+    pub ack_ms: u64,
+    /// The objects.
+    pub model: Arc<Model>,
+}
+
+/// A fault as it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSpan {
+    /// Its kind (`leader-kill`, `link-down`, ...).
+    pub kind: String,
+    /// The node it hit, for node faults; None: the control plane (every probe).
+    pub node: Option<usize>,
+    /// Start.
+    pub start_ms: u64,
+    /// End (the process restarted, the link up; = start for instant faults).
+    pub end_ms: u64,
+    /// The leader stopped or killed: new connections and changes get the leader TTL + 2 s.
+    pub leader: bool,
+}
+
+impl FaultSpan {
+    /// Until when failures of the probes it touches are excused.
+    pub fn excused_until(&self, leader_ttl_ms: u64) -> u64 {
+        let after_end = self.end_ms + WINDOW_MS;
+        if self.leader {
+            after_end.max(self.start_ms + leader_ttl_ms + WINDOW_MS)
+        } else {
+            after_end
+        }
+    }
+
+    fn touches(&self, nodes: &[usize]) -> bool {
+        self.node.is_none_or(|n| nodes.contains(&n))
+    }
+}
+
+/// What a probe asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Pod to pod: the truth table decides.
+    Pod {
+        /// Source pod.
+        src: PodKey,
+        /// Destination pod.
+        dst: PodKey,
+        /// Protocol.
+        proto: Proto,
+        /// Port.
+        port: u16,
+    },
+    /// A probe whose answer is fixed by the set-up (egress firewall, egress IP, multicast).
+    Fixed {
+        /// What it is.
+        name: String,
+        /// Whether it must succeed (else it must not).
+        allowed: bool,
+    },
+}
+
+/// One probe result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeRec {
+    /// What was probed.
+    pub target: Target,
+    /// Nodes on its path (source, destination, egress node).
+    pub nodes: Vec<usize>,
+    /// Start.
+    pub start_ms: u64,
+    /// End.
+    pub end_ms: u64,
+    /// Answered.
+    pub ok: bool,
+    /// Egress traffic answered from a node's own address.
+    pub wrong_source: bool,
+}
+
+/// An established TCP stream that stalled or broke (`end_ms`: when it moved again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// Stream name.
+    pub name: String,
+    /// Nodes of its ends.
+    pub nodes: Vec<usize>,
+    /// Last good round trip.
+    pub start_ms: u64,
+    /// Next good round trip.
+    pub end_ms: u64,
+}
+
+/// Faults that take a node's datapath away (its established traffic is not "between live
+/// nodes" while they last).
+pub fn kills_datapath(kind: &str) -> bool {
+    matches!(kind, "link-down" | "br0-delete")
+}
+
+/// The verdict over a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Forbidden connections that succeeded, egress with a node's address.
+    pub violations: usize,
+    /// Allowed connections that failed outside every window, stalls of established streams.
+    pub outages_over_window: usize,
+    /// Longest run of failures of one allowed probe or stream, whatever excused it.
+    pub max_outage_ms: u64,
+    /// Probes judged.
+    pub probes: usize,
+    /// Probes whose answer was the old or new state during a change.
+    pub transitional: usize,
+    /// Descriptions of the first violations and outages (for the log).
+    pub examples: Vec<String>,
+}
+
+/// Judges the run.
+pub fn judge(
+    versions: &[Version],
+    faults: &[FaultSpan],
+    probes: &[ProbeRec],
+    stalls: &[Stall],
+    leader_ttl_ms: u64,
+) -> Verdict {
+    let mut v = Verdict::default();
+    // Per probe target, the start of the current run of excused-or-not failures.
+    let mut failing_since: BTreeMap<String, u64> = BTreeMap::new();
+    let mut sorted: Vec<&ProbeRec> = probes.iter().collect();
+    sorted.sort_by_key(|p| p.start_ms);
+    for p in sorted {
+        v.probes += 1;
+        let name = format!("{:?}", p.target);
+        let accepted = acceptable(versions, faults, p, leader_ttl_ms);
+        if p.wrong_source {
+            v.violations += 1;
+            note(&mut v, format!("egress with a node address: {name} at {} ms", p.start_ms));
+        }
+        if accepted.is_empty() {
+            continue;
+        }
+        if accepted.contains(&p.ok) {
+            if accepted.iter().any(|&a| a != p.ok) {
+                v.transitional += 1;
+            }
+            if p.ok {
+                if let Some(since) = failing_since.remove(&name) {
+                    v.max_outage_ms = v.max_outage_ms.max(p.start_ms.saturating_sub(since));
+                }
+            }
+            continue;
+        }
+        if p.ok {
+            v.violations += 1;
+            note(&mut v, format!("forbidden but reached: {name} at {} ms", p.start_ms));
+            continue;
+        }
+        failing_since.entry(name.clone()).or_insert(p.start_ms);
+        let excused = faults
+            .iter()
+            .any(|f| f.touches(&p.nodes) && f.start_ms <= p.end_ms && f.excused_until(leader_ttl_ms) >= p.start_ms);
+        if !excused {
+            v.outages_over_window += 1;
+            note(&mut v, format!("allowed but failed outside every window: {name} at {}..{} ms", p.start_ms, p.end_ms));
+        }
+    }
+    for s in stalls {
+        v.max_outage_ms = v.max_outage_ms.max(s.end_ms.saturating_sub(s.start_ms));
+        let excused = faults.iter().any(|f| {
+            kills_datapath(&f.kind)
+                && f.touches(&s.nodes)
+                && f.start_ms <= s.end_ms
+                && f.excused_until(leader_ttl_ms) >= s.start_ms
+        });
+        if !excused {
+            v.outages_over_window += 1;
+            note(&mut v, format!("established stream {} stalled {}..{} ms", s.name, s.start_ms, s.end_ms));
+        }
+    }
+    v
+}
+
+fn note(v: &mut Verdict, what: String) {
+    if v.examples.len() < 20 {
+        v.examples.push(what);
+    }
+}
+
+/// The answers acceptable for probe `p`: the verdicts of every version in force at some moment
+/// of the probe, where a version stays in force until its successor was acknowledged plus the
+/// window (stretched by faults in progress then). Empty: no constraint (a pod did not exist).
+fn acceptable(versions: &[Version], faults: &[FaultSpan], p: &ProbeRec, ttl_ms: u64) -> Vec<bool> {
+    let (src, dst, proto, port) = match &p.target {
+        Target::Fixed { allowed, .. } => return vec![*allowed],
+        Target::Pod {
+            src,
+            dst,
+            proto,
+            port,
+        } => (src, dst, *proto, *port),
+    };
+    let mut out = Vec::new();
+    for (i, ver) in versions.iter().enumerate() {
+        let until = match versions.get(i + 1) {
+            None => u64::MAX,
+            Some(next) => {
+                let base = next.ack_ms + WINDOW_MS;
+                faults
+                    .iter()
+                    .filter(|f| {
+                        f.touches(&p.nodes)
+                            && f.start_ms <= next.ack_ms
+                            && f.excused_until(ttl_ms) >= next.ack_ms
+                    })
+                    .map(|f| f.excused_until(ttl_ms))
+                    .fold(base, u64::max)
+            }
+        };
+        if ver.start_ms > p.end_ms || until < p.start_ms {
+            continue;
+        }
+        match ver.model.allowed(src, dst, proto, port) {
+            // A pod that does not exist in one of the states: anything goes.
+            None => return Vec::new(),
+            Some(a) => {
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::truth::{Mode, PodObj, Policy};
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn key(n: &str) -> PodKey {
+        ("a".into(), n.into())
+    }
+
+    fn base() -> Model {
+        let mut m = Model::new(Mode::NetworkPolicy);
+        for (i, n) in ["x", "y"].into_iter().enumerate() {
+            m.pods.insert(
+                key(n),
+                PodObj {
+                    node: i + 1,
+                    ip: Ipv4Addr::new(10, 128, 0, 2 + i as u8),
+                    labels: Default::default(),
+                },
+            );
+        }
+        m
+    }
+
+    fn deny(mut m: Model) -> Model {
+        m.policies.insert(
+            ("a".into(), "deny".into()),
+            Policy {
+                selector: Default::default(),
+                ingress: vec![],
+            },
+        );
+        m
+    }
+
+    fn probe(at: u64, ok: bool) -> ProbeRec {
+        ProbeRec {
+            target: Target::Pod {
+                src: key("x"),
+                dst: key("y"),
+                proto: Proto::Tcp,
+                port: 8080,
+            },
+            nodes: vec![1, 2],
+            start_ms: at,
+            end_ms: at + 100,
+            ok,
+            wrong_source: false,
+        }
+    }
+
+    fn versions() -> Vec<Version> {
+        vec![
+            Version {
+                start_ms: 0,
+                ack_ms: 0,
+                model: Arc::new(base()),
+            },
+            Version {
+                start_ms: 10_000,
+                ack_ms: 10_500,
+                model: Arc::new(deny(base())),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_change_has_its_window_then_a_forbidden_success_is_a_violation() {
+        let vs = versions();
+        // Within the write and its window either answer is fine.
+        let v = judge(&vs, &[], &[probe(10_200, true), probe(12_000, true), probe(12_100, false)], &[], 2_000);
+        assert_eq!((v.violations, v.outages_over_window, v.transitional), (0, 0, 3));
+        let v = judge(&vs, &[], &[probe(12_600, true)], &[], 2_000);
+        assert_eq!(v.violations, 1, "{v:?}");
+        // Before the change, the old verdict only.
+        let v = judge(&vs, &[], &[probe(5_000, false), probe(6_000, true)], &[], 2_000);
+        assert_eq!((v.violations, v.outages_over_window, v.max_outage_ms), (0, 1, 1_000));
+    }
+
+    #[test]
+    fn faults_excuse_failures_of_the_nodes_they_touch_until_their_window_ends() {
+        let vs = versions();
+        let link = FaultSpan {
+            kind: "link-down".into(),
+            node: Some(2),
+            start_ms: 1_000,
+            end_ms: 4_000,
+            leader: false,
+        };
+        let v = judge(&vs, std::slice::from_ref(&link), &[probe(3_000, false), probe(5_900, false)], &[], 2_000);
+        assert_eq!(v.outages_over_window, 0);
+        let v = judge(&vs, std::slice::from_ref(&link), &[probe(6_100, false)], &[], 2_000);
+        assert_eq!(v.outages_over_window, 1);
+        let other = FaultSpan { node: Some(3), ..link.clone() };
+        let v = judge(&vs, &[other], &[probe(3_000, false)], &[], 2_000);
+        assert_eq!(v.outages_over_window, 1);
+        // The leader's window runs TTL + 2 s from its start even when it ends early.
+        let leader = FaultSpan {
+            kind: "leader-stop".into(),
+            node: None,
+            start_ms: 1_000,
+            end_ms: 1_500,
+            leader: true,
+        };
+        let v = judge(&vs, std::slice::from_ref(&leader), &[probe(4_800, false)], &[], 2_000);
+        assert_eq!(v.outages_over_window, 0);
+        let v = judge(&vs, &[leader], &[probe(5_100, false)], &[], 2_000);
+        assert_eq!(v.outages_over_window, 1);
+    }
+
+    #[test]
+    fn a_change_during_a_fault_waits_for_the_fault_s_window() {
+        let vs = versions();
+        let cut = FaultSpan {
+            kind: "switch-cut".into(),
+            node: Some(2),
+            start_ms: 9_000,
+            end_ms: 20_000,
+            leader: false,
+        };
+        let v = judge(&vs, &[cut], &[probe(21_000, true)], &[], 2_000);
+        assert_eq!(v.violations, 0);
+        let v = judge(&vs, &[], &[probe(21_000, true)], &[], 2_000);
+        assert_eq!(v.violations, 1);
+    }
+
+    #[test]
+    fn stalls_count_unless_a_datapath_fault_touches_their_nodes() {
+        let s = Stall {
+            name: "s".into(),
+            nodes: vec![1, 2],
+            start_ms: 1_000,
+            end_ms: 2_500,
+        };
+        let v = judge(&[], &[], std::slice::from_ref(&s), &[], 2_000);
+        assert_eq!(v.probes, 0);
+        let v = judge(&[], &[], &[], std::slice::from_ref(&s), 2_000);
+        assert_eq!((v.outages_over_window, v.max_outage_ms), (1, 1_500));
+        let stop = FaultSpan {
+            kind: "leader-stop".into(),
+            node: None,
+            start_ms: 500,
+            end_ms: 3_000,
+            leader: true,
+        };
+        let v = judge(&[], std::slice::from_ref(&stop), &[], std::slice::from_ref(&s), 2_000);
+        assert_eq!(v.outages_over_window, 1, "the datapath keeps forwarding without a leader");
+        let link = FaultSpan {
+            kind: "link-down".into(),
+            node: Some(2),
+            ..stop
+        };
+        let v = judge(&[], &[link], &[], &[s], 2_000);
+        assert_eq!(v.outages_over_window, 0);
+    }
+
+    #[test]
+    fn fixed_probes_and_wrong_sources() {
+        let p = ProbeRec {
+            target: Target::Fixed {
+                name: "fw".into(),
+                allowed: false,
+            },
+            nodes: vec![1],
+            start_ms: 0,
+            end_ms: 10,
+            ok: true,
+            wrong_source: false,
+        };
+        assert_eq!(judge(&[], &[], &[p.clone()], &[], 2_000).violations, 1);
+        let q = ProbeRec {
+            target: Target::Fixed {
+                name: "eip".into(),
+                allowed: true,
+            },
+            wrong_source: true,
+            ..p
+        };
+        assert_eq!(judge(&[], &[], &[q], &[], 2_000).violations, 1);
+    }
+}
