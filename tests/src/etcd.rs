@@ -221,7 +221,11 @@ impl EtcdCluster {
 
     /// PID of member `i` while it runs.
     pub fn pid(&self, i: usize) -> Option<u32> {
-        self.members.get(i)?.process.as_ref().map(TrackedProcess::pid)
+        self.members
+            .get(i)?
+            .process
+            .as_ref()
+            .map(TrackedProcess::pid)
     }
 
     /// SIGKILL member `i` (its data directory stays).

@@ -84,9 +84,10 @@ impl Cluster {
         let etcd = EtcdCluster::start_in(3, Some(lab.controller_ns()))?;
         let eps = etcd.endpoints();
         let mut base = ControllerOptions::multitenant();
-        base.config_yaml = base
-            .config_yaml
-            .replace("mode: multitenant", &format!("mode: {}", mode.config_name()));
+        base.config_yaml = base.config_yaml.replace(
+            "mode: multitenant",
+            &format!("mode: {}", mode.config_name()),
+        );
         base.log = "info".into();
         let ttl = leader_ttl.to_string();
         let opts = |id: &str| {
@@ -178,7 +179,16 @@ impl Cluster {
         let (ca, cert, key) = (p("ca.pem"), p("admin-admin.pem"), p("admin-admin-key.pem"));
         let t = format!("{timeout_s}s");
         let mut all = vec![
-            "--server", &server, "--timeout", &t, "--ca", &ca, "--cert", &cert, "--key", &key,
+            "--server",
+            &server,
+            "--timeout",
+            &t,
+            "--ca",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
         ];
         all.extend_from_slice(args);
         let out = self

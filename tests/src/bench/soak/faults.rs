@@ -106,9 +106,19 @@ pub fn start_one(
             let is_leader = leader == Some(i);
             let who = if is_leader { "leader" } else { "standby" };
             if stop {
-                (format!("{who}-stop"), Hit::ReplicaStop(i), is_leader, hold(rng, 1_000, 6_000))
+                (
+                    format!("{who}-stop"),
+                    Hit::ReplicaStop(i),
+                    is_leader,
+                    hold(rng, 1_000, 6_000),
+                )
             } else {
-                (format!("{who}-kill"), Hit::ReplicaKill(i), is_leader, hold(rng, 1_000, 8_000))
+                (
+                    format!("{who}-kill"),
+                    Hit::ReplicaKill(i),
+                    is_leader,
+                    hold(rng, 1_000, 8_000),
+                )
             }
         }
         30..=41 => {
@@ -116,12 +126,37 @@ pub fn start_one(
                 return Ok(None);
             }
             let i = rng.random_range(0..3);
-            ("etcd-kill".into(), Hit::EtcdKill(i), false, hold(rng, 2_000, 10_000))
+            (
+                "etcd-kill".into(),
+                Hit::EtcdKill(i),
+                false,
+                hold(rng, 2_000, 10_000),
+            )
         }
-        42..=55 if !busy_node => ("shim-kill".into(), Hit::ShimKill(node), false, hold(rng, 500, 5_000)),
-        56..=69 if !busy_node => ("switch-cut".into(), Hit::SwitchCut(node), false, hold(rng, 500, 5_000)),
-        70..=82 if !busy_node => ("br0-delete".into(), Hit::Br0Delete(node), false, Duration::ZERO),
-        83..=99 if !busy_node => ("link-down".into(), Hit::LinkDown(node), false, hold(rng, 1_000, 8_000)),
+        42..=55 if !busy_node => (
+            "shim-kill".into(),
+            Hit::ShimKill(node),
+            false,
+            hold(rng, 500, 5_000),
+        ),
+        56..=69 if !busy_node => (
+            "switch-cut".into(),
+            Hit::SwitchCut(node),
+            false,
+            hold(rng, 500, 5_000),
+        ),
+        70..=82 if !busy_node => (
+            "br0-delete".into(),
+            Hit::Br0Delete(node),
+            false,
+            Duration::ZERO,
+        ),
+        83..=99 if !busy_node => (
+            "link-down".into(),
+            Hit::LinkDown(node),
+            false,
+            hold(rng, 1_000, 8_000),
+        ),
         _ => return Ok(None),
     };
     let mut targets = Vec::new();
@@ -143,13 +178,17 @@ pub fn start_one(
         }
         Hit::SwitchCut(n) => {
             let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
-            let now = ovs.vsctl(["get-controller", "br0"]).map_err(|e| e.to_string())?;
+            let now = ovs
+                .vsctl(["get-controller", "br0"])
+                .map_err(|e| e.to_string())?;
             targets = now.split_whitespace().map(str::to_owned).collect();
-            ovs.vsctl(["del-controller", "br0"]).map_err(|e| e.to_string())?;
+            ovs.vsctl(["del-controller", "br0"])
+                .map_err(|e| e.to_string())?;
         }
         Hit::Br0Delete(n) => {
             let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
-            ovs.vsctl(["--if-exists", "del-br", "br0"]).map_err(|e| e.to_string())?;
+            ovs.vsctl(["--if-exists", "del-br", "br0"])
+                .map_err(|e| e.to_string())?;
         }
         Hit::LinkDown(n) => {
             let ul = c.lab.underlay_ns().to_owned();
@@ -178,7 +217,8 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
     match a.hit {
         Hit::ReplicaKill(i) => {
             let mut r = lock(&c.replicas);
-            r[i].spawn(&c.lab).map_err(|e| format!("restart replica r{i}: {e}"))?;
+            r[i].spawn(&c.lab)
+                .map_err(|e| format!("restart replica r{i}: {e}"))?;
             drop(r);
             lock(&c.replica_state)[i] = ReplicaState::Up;
         }
@@ -186,14 +226,19 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
             signal(lock(&c.replicas)[i].pid, Signal::SIGCONT)?;
             lock(&c.replica_state)[i] = ReplicaState::Up;
         }
-        Hit::EtcdKill(i) => lock(&c.etcd).restart(i).map_err(|e| format!("restart etcd m{i}: {e}"))?,
+        Hit::EtcdKill(i) => lock(&c.etcd)
+            .restart(i)
+            .map_err(|e| format!("restart etcd m{i}: {e}"))?,
         Hit::ShimKill(n) => {
-            let s = crate::cni::start_shim(&c.lab, n, &c.shim_opts).map_err(|e| format!("restart shim {n}: {e}"))?;
+            let s = crate::cni::start_shim(&c.lab, n, &c.shim_opts)
+                .map_err(|e| format!("restart shim {n}: {e}"))?;
             lock(&c.shims)[n - 1] = s;
         }
         Hit::SwitchCut(n) => {
             let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
-            let now = ovs.vsctl(["get-controller", "br0"]).map_err(|e| e.to_string())?;
+            let now = ovs
+                .vsctl(["get-controller", "br0"])
+                .map_err(|e| e.to_string())?;
             // The shim may have put them back already.
             if now.trim().is_empty() && !a.targets.is_empty() {
                 let mut args = vec!["set-controller".to_owned(), "br0".to_owned()];
@@ -219,7 +264,11 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
         kind: a.kind.clone(),
         node: a.node(),
         start_ms: a.start_ms,
-        end_ms: if matches!(a.hit, Hit::Br0Delete(_)) { a.start_ms } else { end_ms },
+        end_ms: if matches!(a.hit, Hit::Br0Delete(_)) {
+            a.start_ms
+        } else {
+            end_ms
+        },
         leader: a.leader,
     })
 }

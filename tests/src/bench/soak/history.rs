@@ -53,6 +53,8 @@ impl History {
         let mut f = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         // A full disk must not stop the run; the verdict line still goes to stdout.
         let _ = writeln!(f, "{v}");
+        // Each line out at once: a run can be followed while it goes, and a crash loses nothing.
+        let _ = f.flush();
     }
 
     /// Writes buffered lines out.

@@ -122,7 +122,8 @@ pub struct Verdict {
     pub violations: usize,
     /// Allowed connections that failed outside every window, stalls of established streams.
     pub outages_over_window: usize,
-    /// Longest run of failures of one allowed probe or stream, whatever excused it.
+    /// Longest run of failures of one allowed probe (first failure's start to the last one's
+    /// end) or stall of a stream, whatever excused it.
     pub max_outage_ms: u64,
     /// Probes judged.
     pub probes: usize,
@@ -141,8 +142,11 @@ pub fn judge(
     leader_ttl_ms: u64,
 ) -> Verdict {
     let mut v = Verdict::default();
-    // Per probe target, the start of the current run of excused-or-not failures.
-    let mut failing_since: BTreeMap<String, u64> = BTreeMap::new();
+    // Per probe target, the start of the current run of failures of an allowed probe (excused
+    // or not). Probes of one pair are minutes apart at times, so an outage is measured from the
+    // first failure's start to the last one's end (what was seen failing), not to the next
+    // success.
+    let mut failing: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut sorted: Vec<&ProbeRec> = probes.iter().collect();
     sorted.sort_by_key(|p| p.start_ms);
     for p in sorted {
@@ -151,7 +155,10 @@ pub fn judge(
         let accepted = acceptable(versions, faults, p, leader_ttl_ms);
         if p.wrong_source {
             v.violations += 1;
-            note(&mut v, format!("egress with a node address: {name} at {} ms", p.start_ms));
+            note(
+                &mut v,
+                format!("egress with a node address: {name} at {} ms", p.start_ms),
+            );
         }
         if accepted.is_empty() {
             continue;
@@ -161,24 +168,37 @@ pub fn judge(
                 v.transitional += 1;
             }
             if p.ok {
-                if let Some(since) = failing_since.remove(&name) {
-                    v.max_outage_ms = v.max_outage_ms.max(p.start_ms.saturating_sub(since));
-                }
+                failing.remove(&name);
             }
             continue;
         }
         if p.ok {
             v.violations += 1;
-            note(&mut v, format!("forbidden but reached: {name} at {} ms", p.start_ms));
+            note(
+                &mut v,
+                format!("forbidden but reached: {name} at {} ms", p.start_ms),
+            );
             continue;
         }
-        failing_since.entry(name.clone()).or_insert(p.start_ms);
-        let excused = faults
-            .iter()
-            .any(|f| f.touches(&p.nodes) && f.start_ms <= p.end_ms && f.excused_until(leader_ttl_ms) >= p.start_ms);
+        let run = failing
+            .entry(name.clone())
+            .or_insert((p.start_ms, p.end_ms));
+        run.1 = p.end_ms;
+        v.max_outage_ms = v.max_outage_ms.max(run.1.saturating_sub(run.0));
+        let excused = faults.iter().any(|f| {
+            f.touches(&p.nodes)
+                && f.start_ms <= p.end_ms
+                && f.excused_until(leader_ttl_ms) >= p.start_ms
+        });
         if !excused {
             v.outages_over_window += 1;
-            note(&mut v, format!("allowed but failed outside every window: {name} at {}..{} ms", p.start_ms, p.end_ms));
+            note(
+                &mut v,
+                format!(
+                    "allowed but failed outside every window: {name} at {}..{} ms",
+                    p.start_ms, p.end_ms
+                ),
+            );
         }
     }
     for s in stalls {
@@ -191,7 +211,13 @@ pub fn judge(
         });
         if !excused {
             v.outages_over_window += 1;
-            note(&mut v, format!("established stream {} stalled {}..{} ms", s.name, s.start_ms, s.end_ms));
+            note(
+                &mut v,
+                format!(
+                    "established stream {} stalled {}..{} ms",
+                    s.name, s.start_ms, s.end_ms
+                ),
+            );
         }
     }
     v
@@ -320,13 +346,35 @@ mod tests {
     fn a_change_has_its_window_then_a_forbidden_success_is_a_violation() {
         let vs = versions();
         // Within the write and its window either answer is fine.
-        let v = judge(&vs, &[], &[probe(10_200, true), probe(12_000, true), probe(12_100, false)], &[], 2_000);
-        assert_eq!((v.violations, v.outages_over_window, v.transitional), (0, 0, 3));
+        let v = judge(
+            &vs,
+            &[],
+            &[
+                probe(10_200, true),
+                probe(12_000, true),
+                probe(12_100, false),
+            ],
+            &[],
+            2_000,
+        );
+        assert_eq!(
+            (v.violations, v.outages_over_window, v.transitional),
+            (0, 0, 3)
+        );
         let v = judge(&vs, &[], &[probe(12_600, true)], &[], 2_000);
         assert_eq!(v.violations, 1, "{v:?}");
         // Before the change, the old verdict only.
-        let v = judge(&vs, &[], &[probe(5_000, false), probe(6_000, true)], &[], 2_000);
-        assert_eq!((v.violations, v.outages_over_window, v.max_outage_ms), (0, 1, 1_000));
+        let v = judge(
+            &vs,
+            &[],
+            &[probe(5_000, false), probe(6_000, false), probe(7_000, true)],
+            &[],
+            2_000,
+        );
+        assert_eq!(
+            (v.violations, v.outages_over_window, v.max_outage_ms),
+            (0, 2, 1_100)
+        );
     }
 
     #[test]
@@ -339,11 +387,26 @@ mod tests {
             end_ms: 4_000,
             leader: false,
         };
-        let v = judge(&vs, std::slice::from_ref(&link), &[probe(3_000, false), probe(5_900, false)], &[], 2_000);
+        let v = judge(
+            &vs,
+            std::slice::from_ref(&link),
+            &[probe(3_000, false), probe(5_900, false)],
+            &[],
+            2_000,
+        );
         assert_eq!(v.outages_over_window, 0);
-        let v = judge(&vs, std::slice::from_ref(&link), &[probe(6_100, false)], &[], 2_000);
+        let v = judge(
+            &vs,
+            std::slice::from_ref(&link),
+            &[probe(6_100, false)],
+            &[],
+            2_000,
+        );
         assert_eq!(v.outages_over_window, 1);
-        let other = FaultSpan { node: Some(3), ..link.clone() };
+        let other = FaultSpan {
+            node: Some(3),
+            ..link.clone()
+        };
         let v = judge(&vs, &[other], &[probe(3_000, false)], &[], 2_000);
         assert_eq!(v.outages_over_window, 1);
         // The leader's window runs TTL + 2 s from its start even when it ends early.
@@ -354,7 +417,13 @@ mod tests {
             end_ms: 1_500,
             leader: true,
         };
-        let v = judge(&vs, std::slice::from_ref(&leader), &[probe(4_800, false)], &[], 2_000);
+        let v = judge(
+            &vs,
+            std::slice::from_ref(&leader),
+            &[probe(4_800, false)],
+            &[],
+            2_000,
+        );
         assert_eq!(v.outages_over_window, 0);
         let v = judge(&vs, &[leader], &[probe(5_100, false)], &[], 2_000);
         assert_eq!(v.outages_over_window, 1);
@@ -384,8 +453,6 @@ mod tests {
             start_ms: 1_000,
             end_ms: 2_500,
         };
-        let v = judge(&[], &[], std::slice::from_ref(&s), &[], 2_000);
-        assert_eq!(v.probes, 0);
         let v = judge(&[], &[], &[], std::slice::from_ref(&s), 2_000);
         assert_eq!((v.outages_over_window, v.max_outage_ms), (1, 1_500));
         let stop = FaultSpan {
@@ -395,8 +462,17 @@ mod tests {
             end_ms: 3_000,
             leader: true,
         };
-        let v = judge(&[], std::slice::from_ref(&stop), &[], std::slice::from_ref(&s), 2_000);
-        assert_eq!(v.outages_over_window, 1, "the datapath keeps forwarding without a leader");
+        let v = judge(
+            &[],
+            std::slice::from_ref(&stop),
+            &[],
+            std::slice::from_ref(&s),
+            2_000,
+        );
+        assert_eq!(
+            v.outages_over_window, 1,
+            "the datapath keeps forwarding without a leader"
+        );
         let link = FaultSpan {
             kind: "link-down".into(),
             node: Some(2),

@@ -149,7 +149,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         h.path().display()
     );
     println!("{line}");
-    let converged = out.converge_secs.is_some_and(|s| s <= CONVERGE_LIMIT.as_secs_f64());
+    let converged = out
+        .converge_secs
+        .is_some_and(|s| s <= CONVERGE_LIMIT.as_secs_f64());
     if v.violations > 0
         || v.outages_over_window > 0
         || out.lost_writes > 0
@@ -179,7 +181,16 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     std::thread::scope(|s| -> Result<(), String> {
         probes::start_streams(s, h, &world, &rec, &stop_probes, Arc::clone(&server_stop))?;
         let prober = s.spawn(|| {
-            probes::prober(c, h, &world, &rec, o.seed ^ 0x5eed_0002, o.pairs, Duration::from_secs(2), &stop_probes)
+            probes::prober(
+                c,
+                h,
+                &world,
+                &rec,
+                o.seed ^ 0x5eed_0002,
+                o.pairs,
+                Duration::from_secs(2),
+                &stop_probes,
+            )
         });
         let base = rss_now(c);
         h.log("warm", serde_json::json!({"rss_mib": base.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>()}));
@@ -187,7 +198,9 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         let mut rng = StdRng::seed_from_u64(o.seed ^ 0x5eed_0003);
         let deadline = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
         let mut active: Vec<faults::Active> = Vec::new();
-        let gap = |rng: &mut StdRng| Duration::from_secs_f64(o.fault_gap_secs * rng.random_range(0.5..1.5));
+        let gap = |rng: &mut StdRng| {
+            Duration::from_secs_f64(o.fault_gap_secs * rng.random_range(0.5..1.5))
+        };
         let mut next = Instant::now() + gap(&mut rng);
         while Instant::now() < deadline {
             let now = Instant::now();
@@ -199,7 +212,10 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
                         Ok(sp) => spans.push(sp),
                         Err(e) => {
                             errors.push(format!("ending {}: {e}", a.kind));
-                            h.log("fault-end-failed", serde_json::json!({"kind": a.kind, "error": e}));
+                            h.log(
+                                "fault-end-failed",
+                                serde_json::json!({"kind": a.kind, "error": e}),
+                            );
                         }
                     }
                 } else {
@@ -234,15 +250,21 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         let faults_over_ms = h.ms();
         h.log("faults-over", serde_json::json!({}));
         stop_work.store(true, Ordering::Relaxed);
-        let (steps, retried, werr) = workload.join().map_err(|_| "the workload thread panicked".to_owned())?;
+        let (steps, retried, werr) = workload
+            .join()
+            .map_err(|_| "the workload thread panicked".to_owned())?;
         out.steps = steps;
         if let Some(e) = werr {
             errors.push(format!("workload: {e}"));
         }
-        h.log("workload-over", serde_json::json!({"steps": steps, "retried": retried}));
+        h.log(
+            "workload-over",
+            serde_json::json!({"steps": steps, "retried": retried}),
+        );
         // Convergence: counted from the end of the last fault.
         let conv = converge(c, h, Duration::from_secs(60));
-        out.converge_secs = conv.map(|t| (h.ms_at(t).saturating_sub(faults_over_ms)) as f64 / 1000.0);
+        out.converge_secs =
+            conv.map(|t| (h.ms_at(t).saturating_sub(faults_over_ms)) as f64 / 1000.0);
         // A few more probe rounds in the converged state, then stop.
         let more = lock(&rec.probes).len() + 2 * (o.pairs + 6);
         let t = Instant::now();
@@ -295,16 +317,24 @@ fn warm_up(h: &History, world: &Mutex<World>) -> Result<(), String> {
                 )
                 .is_ok_and(|r| r.is_some_and(|b| !b.is_empty()));
                 if want != Some(got) {
-                    wrong.push(format!("{}/{} -> {}/{}: want {want:?}, got {got}", sk.0, sk.1, dk.0, dk.1));
+                    wrong.push(format!(
+                        "{}/{} -> {}/{}: want {want:?}, got {got}",
+                        sk.0, sk.1, dk.0, dk.1
+                    ));
                 }
             }
         }
         if wrong.is_empty() {
-            h.log("warm-up", serde_json::json!({"secs": t0.elapsed().as_secs_f64()}));
+            h.log(
+                "warm-up",
+                serde_json::json!({"secs": t0.elapsed().as_secs_f64()}),
+            );
             return Ok(());
         }
         if t0.elapsed() > Duration::from_secs(60) {
-            return Err(format!("warm-up: the network never matched the truth table: {wrong:?}"));
+            return Err(format!(
+                "warm-up: the network never matched the truth table: {wrong:?}"
+            ));
         }
     }
 }
@@ -333,14 +363,21 @@ fn converge(c: &Cluster, h: &History, limit: Duration) -> Option<Instant> {
     let mut last = String::new();
     loop {
         let mut all = true;
+        let mut counts = Vec::new();
         for n in 1..=NODES {
             match flows_of(c, n) {
-                Ok((have, want)) if have == want => {}
+                Ok((have, want)) if have == want => counts.push(have.len()),
                 Ok((have, want)) => {
                     all = false;
-                    let extra: Vec<&String> = have.iter().filter(|f| !want.contains(f)).take(5).collect();
-                    let missing: Vec<&String> = want.iter().filter(|f| !have.contains(f)).take(5).collect();
-                    last = format!("node{n}: {} held, {} desired; extra {extra:?}; missing {missing:?}", have.len(), want.len());
+                    let extra: Vec<&String> =
+                        have.iter().filter(|f| !want.contains(f)).take(5).collect();
+                    let missing: Vec<&String> =
+                        want.iter().filter(|f| !have.contains(f)).take(5).collect();
+                    last = format!(
+                        "node{n}: {} held, {} desired; extra {extra:?}; missing {missing:?}",
+                        have.len(),
+                        want.len()
+                    );
                 }
                 Err(e) => {
                     all = false;
@@ -349,7 +386,10 @@ fn converge(c: &Cluster, h: &History, limit: Duration) -> Option<Instant> {
             }
         }
         if all {
-            h.log("converged", serde_json::json!({"secs": t0.elapsed().as_secs_f64()}));
+            h.log(
+                "converged",
+                serde_json::json!({"secs": t0.elapsed().as_secs_f64(), "flows_and_groups": counts}),
+            );
             return Some(Instant::now());
         }
         if t0.elapsed() > limit {
@@ -406,14 +446,21 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
                 let name = p["name"].as_str().unwrap_or_default().to_owned();
                 let labels: Labels = p["labels"]
                     .as_object()
-                    .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+                    .map(|o| {
+                        o.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 seen.insert((ns, name), labels);
             }
             for (k, p) in &want.pods {
                 match seen.get(k) {
                     None => lost.push(format!("pod {}/{} missing", k.0, k.1)),
-                    Some(l) if *l != p.labels => lost.push(format!("pod {}/{} labels {l:?}, wrote {:?}", k.0, k.1, p.labels)),
+                    Some(l) if *l != p.labels => lost.push(format!(
+                        "pod {}/{} labels {l:?}, wrote {:?}",
+                        k.0, k.1, p.labels
+                    )),
                     Some(_) => {}
                 }
             }
@@ -429,14 +476,22 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
         Ok(v) => {
             let mut seen = BTreeMap::new();
             for p in v.as_array().map(Vec::as_slice).unwrap_or_default() {
-                let ns = p["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
-                let name = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let ns = p["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let name = p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 seen.insert((ns, name), Policy::from_k8s_spec(&p["spec"]));
             }
             for (k, pol) in &want.policies {
                 match seen.get(k) {
                     None => lost.push(format!("policy {}/{} missing", k.0, k.1)),
-                    Some(got) if got.as_ref() != Some(pol) => lost.push(format!("policy {}/{}: {got:?}, wrote {pol:?}", k.0, k.1)),
+                    Some(got) if got.as_ref() != Some(pol) => {
+                        lost.push(format!("policy {}/{}: {got:?}, wrote {pol:?}", k.0, k.1))
+                    }
                     Some(_) => {}
                 }
             }
@@ -455,7 +510,11 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
                 let name = n["name"].as_str().unwrap_or_default().to_owned();
                 let labels: Labels = n["labels"]
                     .as_object()
-                    .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+                    .map(|o| {
+                        o.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 if let Some(w) = want.namespaces.get(&name) {
                     if *w != labels {
@@ -479,11 +538,21 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
                         };
                         let same_have = netids.get(a) == netids.get(b);
                         if a < b && same_want != same_have {
-                            lost.push(format!("namespaces {a} and {b}: NETIDs {:?}/{:?}, groups {:?}/{:?}", netids.get(a), netids.get(b), g(a), g(b)));
+                            lost.push(format!(
+                                "namespaces {a} and {b}: NETIDs {:?}/{:?}, groups {:?}/{:?}",
+                                netids.get(a),
+                                netids.get(b),
+                                g(a),
+                                g(b)
+                            ));
                         }
                     }
                     if (g(a) == Some(0)) != (netids.get(a) == Some(&0)) {
-                        lost.push(format!("namespace {a}: NETID {:?}, group {:?}", netids.get(a), g(a)));
+                        lost.push(format!(
+                            "namespace {a}: NETID {:?}, group {:?}",
+                            netids.get(a),
+                            g(a)
+                        ));
                     }
                 }
             }

@@ -50,10 +50,22 @@ struct Job {
 }
 
 enum JobKind {
-    Tcp { ns: String, dst: SocketAddrV4 },
-    Udp { ns: String, dst: SocketAddrV4 },
-    EgressSource { ns: String },
-    Multicast { sender: Arc<PodRun>, rx: Arc<McReceiver>, tag: String },
+    Tcp {
+        ns: String,
+        dst: SocketAddrV4,
+    },
+    Udp {
+        ns: String,
+        dst: SocketAddrV4,
+    },
+    EgressSource {
+        ns: String,
+    },
+    Multicast {
+        sender: Arc<PodRun>,
+        rx: Arc<McReceiver>,
+        tag: String,
+    },
 }
 
 /// Probe rounds until `stop`: `pairs` pod pairs drawn from the seed plus the fixed probes, all
@@ -88,7 +100,10 @@ pub fn prober(
         round += 1;
         let (keys, runs): (Vec<PodKey>, Vec<Arc<PodRun>>) = {
             let w = lock(world);
-            w.pods.iter().map(|(k, r)| (k.clone(), Arc::clone(r))).unzip()
+            w.pods
+                .iter()
+                .map(|(k, r)| (k.clone(), Arc::clone(r)))
+                .unzip()
         };
         let mut jobs = Vec::new();
         for _ in 0..pairs.min(keys.len() * keys.len().saturating_sub(1)) {
@@ -97,13 +112,34 @@ pub fn prober(
             if j >= i {
                 j += 1;
             }
-            let proto = if rng.random_bool(0.5) { Proto::Tcp } else { Proto::Udp };
+            let proto = if rng.random_bool(0.5) {
+                Proto::Tcp
+            } else {
+                Proto::Udp
+            };
             let (port, kind) = match proto {
-                Proto::Tcp => (TCP_PORT, JobKind::Tcp { ns: runs[i].netns.clone(), dst: SocketAddrV4::new(runs[j].ip, TCP_PORT) }),
-                Proto::Udp => (UDP_PORT, JobKind::Udp { ns: runs[i].netns.clone(), dst: SocketAddrV4::new(runs[j].ip, UDP_PORT) }),
+                Proto::Tcp => (
+                    TCP_PORT,
+                    JobKind::Tcp {
+                        ns: runs[i].netns.clone(),
+                        dst: SocketAddrV4::new(runs[j].ip, TCP_PORT),
+                    },
+                ),
+                Proto::Udp => (
+                    UDP_PORT,
+                    JobKind::Udp {
+                        ns: runs[i].netns.clone(),
+                        dst: SocketAddrV4::new(runs[j].ip, UDP_PORT),
+                    },
+                ),
             };
             jobs.push(Job {
-                target: Target::Pod { src: keys[i].clone(), dst: keys[j].clone(), proto, port },
+                target: Target::Pod {
+                    src: keys[i].clone(),
+                    dst: keys[j].clone(),
+                    proto,
+                    port,
+                },
                 nodes: vec![runs[i].node, runs[j].node],
                 kind,
             });
@@ -112,32 +148,60 @@ pub fn prober(
         let steady1 = pod("steady/steady-1")?;
         let egress = pod("egress/egress-1")?;
         let mc1 = pod("mc/mc-1")?;
-        let (a, b) = (SocketAddrV4::new(c.outside_a, OUTSIDE_TCP), SocketAddrV4::new(c.outside_b, OUTSIDE_TCP));
+        let (a, b) = (
+            SocketAddrV4::new(c.outside_a, OUTSIDE_TCP),
+            SocketAddrV4::new(c.outside_b, OUTSIDE_TCP),
+        );
         for (name, from, dst, allowed) in [
             ("fw/fw-2 -> outside B (egress firewall Deny)", &fw, b, false),
             ("fw/fw-2 -> outside A", &fw, a, true),
             ("steady/steady-1 -> outside B", &steady1, b, true),
         ] {
             jobs.push(Job {
-                target: Target::Fixed { name: name.into(), allowed },
+                target: Target::Fixed {
+                    name: name.into(),
+                    allowed,
+                },
                 nodes: vec![from.node],
-                kind: JobKind::Tcp { ns: from.netns.clone(), dst },
+                kind: JobKind::Tcp {
+                    ns: from.netns.clone(),
+                    dst,
+                },
             });
         }
         jobs.push(Job {
-            target: Target::Fixed { name: "egress/egress-1 -> outside A from the egress IP".into(), allowed: true },
+            target: Target::Fixed {
+                name: "egress/egress-1 -> outside A from the egress IP".into(),
+                allowed: true,
+            },
             nodes: vec![egress.node, EGRESS_NODE],
-            kind: JobKind::EgressSource { ns: egress.netns.clone() },
+            kind: JobKind::EgressSource {
+                ns: egress.netns.clone(),
+            },
         });
         jobs.push(Job {
-            target: Target::Fixed { name: "multicast mc/mc-1 -> mc/mc-3".into(), allowed: true },
+            target: Target::Fixed {
+                name: "multicast mc/mc-1 -> mc/mc-3".into(),
+                allowed: true,
+            },
             nodes: vec![1, 3],
-            kind: JobKind::Multicast { sender: Arc::clone(&mc1), rx: Arc::clone(&mc_rx), tag: format!("r{round}") },
+            kind: JobKind::Multicast {
+                sender: Arc::clone(&mc1),
+                rx: Arc::clone(&mc_rx),
+                tag: format!("r{round}"),
+            },
         });
         jobs.push(Job {
-            target: Target::Fixed { name: "multicast mc/mc-1 -> steady/steady-3 (another project)".into(), allowed: false },
+            target: Target::Fixed {
+                name: "multicast mc/mc-1 -> steady/steady-3 (another project)".into(),
+                allowed: false,
+            },
             nodes: vec![1, 3],
-            kind: JobKind::Multicast { sender: mc1, rx: Arc::clone(&mc_outsider), tag: format!("o{round}") },
+            kind: JobKind::Multicast {
+                sender: mc1,
+                rx: Arc::clone(&mc_outsider),
+                tag: format!("o{round}"),
+            },
         });
         let results = run_jobs(c, h, jobs, 6);
         for r in &results {
@@ -167,7 +231,9 @@ fn run_jobs(c: &Cluster, h: &History, jobs: Vec<Job>, threads: usize) -> Vec<Pro
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
-                let Some(job) = lock(&queue).pop() else { return };
+                let Some(job) = lock(&queue).pop() else {
+                    return;
+                };
                 let start_ms = h.ms();
                 let (ok, wrong_source) = run_job(c, &job.kind);
                 lock(&out).push(ProbeRec {
@@ -181,7 +247,8 @@ fn run_jobs(c: &Cluster, h: &History, jobs: Vec<Job>, threads: usize) -> Vec<Pro
             });
         }
     });
-    out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+    out.into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// (answered, answered from a wrong source address).
@@ -211,11 +278,17 @@ fn run_job(c: &Cluster, kind: &JobKind) -> (bool, bool) {
         JobKind::Multicast { sender, rx, tag } => {
             let (ip, ns, tag2) = (sender.ip, sender.netns.clone(), tag.clone());
             let sent = in_netns(&ns, move || {
-                let io = |e: std::io::Error| crate::HarnessError::Invalid(format!("multicast send: {e}"));
+                let io = |e: std::io::Error| {
+                    crate::HarnessError::Invalid(format!("multicast send: {e}"))
+                };
                 let s = UdpSocket::bind((ip, 0)).map_err(io)?;
                 s.set_multicast_loop_v4(false).map_err(io)?;
                 for i in 0..3 {
-                    s.send_to(format!("{tag2}-{i}").as_bytes(), SocketAddrV4::new(GROUP, MC_PORT)).map_err(io)?;
+                    s.send_to(
+                        format!("{tag2}-{i}").as_bytes(),
+                        SocketAddrV4::new(GROUP, MC_PORT),
+                    )
+                    .map_err(io)?;
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Ok(())
@@ -251,8 +324,10 @@ impl McReceiver {
         std::thread::spawn(move || {
             let sock = enter_netns(&ns).map_err(|e| e.to_string()).and_then(|()| {
                 let s = UdpSocket::bind(("0.0.0.0", MC_PORT)).map_err(|e| format!("bind: {e}"))?;
-                s.join_multicast_v4(&GROUP, &ip).map_err(|e| format!("join: {e}"))?;
-                s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+                s.join_multicast_v4(&GROUP, &ip)
+                    .map_err(|e| format!("join: {e}"))?;
+                s.set_read_timeout(Some(Duration::from_millis(100)))
+                    .map_err(|e| e.to_string())?;
                 Ok(s)
             });
             let s = match sock {
@@ -268,12 +343,14 @@ impl McReceiver {
             let mut buf = [0u8; 1500];
             while !s2.load(Ordering::Relaxed) {
                 if let Ok((n, _)) = s.recv_from(&mut buf) {
-                    let text = String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).into_owned();
+                    let text =
+                        String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).into_owned();
                     lock(&g2).push(text);
                 }
             }
         });
-        rx.recv().map_err(|_| "multicast receiver thread ended".to_owned())??;
+        rx.recv()
+            .map_err(|_| "multicast receiver thread ended".to_owned())??;
         Ok(McReceiver { got, stop })
     }
 
@@ -291,7 +368,8 @@ impl Drop for McReceiver {
 
 /// Starts an echo server on the `steady` pod `to` (every connection echoed on its own thread).
 fn echo_server(to: &PodRun, stop: Arc<AtomicBool>) -> Result<(), String> {
-    let l = crate::cni::bind_tcp_in_netns(&to.netns, (to.ip, STREAM_PORT).into()).map_err(|e| e.to_string())?;
+    let l = crate::cni::bind_tcp_in_netns(&to.netns, (to.ip, STREAM_PORT).into())
+        .map_err(|e| e.to_string())?;
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
@@ -310,7 +388,11 @@ fn echo_server(to: &PodRun, stop: Arc<AtomicBool>) -> Result<(), String> {
                                         return;
                                     }
                                 }
-                                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        ErrorKind::WouldBlock | ErrorKind::TimedOut
+                                    ) => {}
                                 Err(_) => return,
                             }
                         }
@@ -355,8 +437,9 @@ pub fn start_streams<'s>(
     }
     drop(tx);
     for _ in 0..3 {
-        rx.recv_timeout(Duration::from_secs(60))
-            .map_err(|_| "an established stream did not make its first round trip in 60 s".to_owned())?;
+        rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
+            "an established stream did not make its first round trip in 60 s".to_owned()
+        })?;
     }
     Ok(())
 }
@@ -428,8 +511,16 @@ fn stream(
         }
         let now = h.ms();
         if let Some(since) = stalled.take() {
-            let st = Stall { name: name.to_owned(), nodes: nodes.clone(), start_ms: since, end_ms: now };
-            h.log("stall", serde_json::json!({"stream": name, "start_ms": since, "end_ms": now}));
+            let st = Stall {
+                name: name.to_owned(),
+                nodes: nodes.clone(),
+                start_ms: since,
+                end_ms: now,
+            };
+            h.log(
+                "stall",
+                serde_json::json!({"stream": name, "start_ms": since, "end_ms": now}),
+            );
             lock(&rec.stalls).push(st);
         }
         last_good = now;
@@ -441,6 +532,11 @@ fn stream(
     }
     if let Some(since) = stalled {
         let now = h.ms();
-        lock(&rec.stalls).push(Stall { name: name.to_owned(), nodes, start_ms: since, end_ms: now });
+        lock(&rec.stalls).push(Stall {
+            name: name.to_owned(),
+            nodes,
+            start_ms: since,
+            end_ms: now,
+        });
     }
 }

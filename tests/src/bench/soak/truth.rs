@@ -175,14 +175,16 @@ impl Model {
                 let port_ok =
                     r.ports.is_empty() || r.ports.iter().any(|&(pp, n)| pp == proto && n == port);
                 let from_ok = r.from.is_empty()
-                    || r.from.iter().any(|peer| match (&peer.pods, &peer.namespaces) {
-                        (None, None) => false,
-                        (Some(ps), None) => src.0 == **pns && selects(ps, &s.labels),
-                        (None, Some(ns)) => selects(ns, src_ns_labels),
-                        (Some(ps), Some(ns)) => {
-                            selects(ns, src_ns_labels) && selects(ps, &s.labels)
-                        }
-                    });
+                    || r.from
+                        .iter()
+                        .any(|peer| match (&peer.pods, &peer.namespaces) {
+                            (None, None) => false,
+                            (Some(ps), None) => src.0 == **pns && selects(ps, &s.labels),
+                            (None, Some(ns)) => selects(ns, src_ns_labels),
+                            (Some(ps), Some(ns)) => {
+                                selects(ns, src_ns_labels) && selects(ps, &s.labels)
+                            }
+                        });
                 port_ok && from_ok
             })
         })
@@ -221,8 +223,10 @@ impl Policy {
                 y.push('\n');
                 for p in &r.from {
                     let mut first = true;
-                    for (key, sel) in [("podSelector", &p.pods), ("namespaceSelector", &p.namespaces)]
-                    {
+                    for (key, sel) in [
+                        ("podSelector", &p.pods),
+                        ("namespaceSelector", &p.namespaces),
+                    ] {
                         let Some(sel) = sel else { continue };
                         let lead = if first { "    - " } else { "      " };
                         first = false;
@@ -268,7 +272,11 @@ impl Policy {
         }
         let selector = labels(&spec["podSelector"])?;
         let mut ingress = Vec::new();
-        for r in spec["ingress"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        for r in spec["ingress"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
             let mut from = Vec::new();
             for p in r["from"].as_array().map(Vec::as_slice).unwrap_or_default() {
                 let get = |k: &str| -> Option<Option<Labels>> {

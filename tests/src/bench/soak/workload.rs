@@ -175,8 +175,10 @@ impl<'a> Workload<'a> {
             yaml.push_str(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    team: \"{team}\"\n---\n"
             ));
-            m.namespaces
-                .insert((*ns).to_owned(), Labels::from([("team".into(), team.into())]));
+            m.namespaces.insert(
+                (*ns).to_owned(),
+                Labels::from([("team".into(), team.into())]),
+            );
         }
         self.apply(&yaml)?;
         let eip = self.c.egress_ip.to_string();
@@ -201,7 +203,10 @@ impl<'a> Workload<'a> {
         )?;
         let t1 = self.h.ms();
         lock(self.world).commit(m, t0, t1);
-        self.h.log("setup", serde_json::json!({"what": "namespaces, egress IP, egress firewall, multicast"}));
+        self.h.log(
+            "setup",
+            serde_json::json!({"what": "namespaces, egress IP, egress firewall, multicast"}),
+        );
         for (ns, name, node) in [
             ("steady", "steady-1", 1),
             ("steady", "steady-2", 2),
@@ -225,7 +230,13 @@ impl<'a> Workload<'a> {
 
     /// CNI ADD of `ns/name` on `node` (retried under new names until acknowledged; a failed
     /// attempt is deleted again), its servers, then its `app` label.
-    fn add_pod(&mut self, ns: &str, name: &str, node: usize, app: Option<&str>) -> Result<(), String> {
+    fn add_pod(
+        &mut self,
+        ns: &str,
+        name: &str,
+        node: usize,
+        app: Option<&str>,
+    ) -> Result<(), String> {
         let t0 = Instant::now();
         let mut attempt = 0u32;
         let pod = loop {
@@ -243,12 +254,21 @@ impl<'a> Workload<'a> {
                     self.retried += 1;
                     self.h.log("cni-add-failed", serde_json::json!({"pod": format!("{ns}/{this}"), "node": node, "error": e.to_string()}));
                     // Whatever the failed ADD left is removed before the next try.
-                    let call = CniCall::new("DEL", &shim.socket, &this, &crate::cni::netns_path(&format!("{}-{this}", self.c.lab.id())), ns, &this);
+                    let call = CniCall::new(
+                        "DEL",
+                        &shim.socket,
+                        &this,
+                        &crate::cni::netns_path(&format!("{}-{this}", self.c.lab.id())),
+                        ns,
+                        &this,
+                    );
                     self.cni_del(node, &call)?;
                 }
             }
             if t0.elapsed() > WRITE_DEADLINE {
-                return Err(format!("CNI ADD {ns}/{name} on node{node}: not acknowledged within {WRITE_DEADLINE:?}"));
+                return Err(format!(
+                    "CNI ADD {ns}/{name} on node{node}: not acknowledged within {WRITE_DEADLINE:?}"
+                ));
             }
             std::thread::sleep(Duration::from_millis(250));
         };
@@ -300,7 +320,10 @@ impl<'a> Workload<'a> {
                 Err(e) => self.h.log("cni-del-failed", serde_json::json!({"container": call.container_id, "error": e.to_string()})),
             }
             if t0.elapsed() > WRITE_DEADLINE {
-                return Err(format!("CNI DEL {}: not acknowledged within {WRITE_DEADLINE:?}", call.container_id));
+                return Err(format!(
+                    "CNI DEL {}: not acknowledged within {WRITE_DEADLINE:?}",
+                    call.container_id
+                ));
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -310,7 +333,10 @@ impl<'a> Workload<'a> {
         let start = self.h.ms();
         let target = format!("{}/{}", key.0, key.1);
         let label = format!("app={app}");
-        self.write(&["label", "pod", &target, &label, "--overwrite"], &Self::no_err)?;
+        self.write(
+            &["label", "pod", &target, &label, "--overwrite"],
+            &Self::no_err,
+        )?;
         let ack = self.h.ms();
         let mut w = lock(self.world);
         let mut m = w.current.clone();
@@ -375,7 +401,9 @@ impl<'a> Workload<'a> {
                 let (ns, name) = existing[self.rng.random_range(0..existing.len())].clone();
                 let start = self.h.ms();
                 let target = format!("{ns}/{name}");
-                self.write(&["delete", "networkpolicy", &target], &|e: &str| e.contains("not found"))?;
+                self.write(&["delete", "networkpolicy", &target], &|e: &str| {
+                    e.contains("not found")
+                })?;
                 let ack = self.h.ms();
                 let mut w = lock(self.world);
                 let mut m = w.current.clone();
@@ -388,11 +416,17 @@ impl<'a> Workload<'a> {
                 let team = TEAMS[self.rng.random_range(0..TEAMS.len())];
                 let start = self.h.ms();
                 let label = format!("team={team}");
-                self.write(&["label", "namespace", ns, &label, "--overwrite"], &Self::no_err)?;
+                self.write(
+                    &["label", "namespace", ns, &label, "--overwrite"],
+                    &Self::no_err,
+                )?;
                 let ack = self.h.ms();
                 let mut w = lock(self.world);
                 let mut m = w.current.clone();
-                m.namespaces.entry(ns.into()).or_default().insert("team".into(), team.into());
+                m.namespaces
+                    .entry(ns.into())
+                    .or_default()
+                    .insert("team".into(), team.into());
                 w.commit(m, start, ack);
                 serde_json::json!({"step": "namespace-label", "namespace": ns, "team": team})
             }
@@ -401,10 +435,18 @@ impl<'a> Workload<'a> {
                 // networkpolicy mode refuses join/isolate; the refusal must be clear and change
                 // nothing (the final read-back checks the latter).
                 let args = ["adm", "pod-network", "join-projects", "--to=a", "b"];
-                let i = self.c.up_replicas(self.rng.random_range(0..3)).first().copied();
+                let i = self
+                    .c
+                    .up_replicas(self.rng.random_range(0..3))
+                    .first()
+                    .copied();
                 let refused = match i.map(|i| self.c.ctl_at(i, 10, &args)) {
                     Some(Err(e)) => e,
-                    Some(Ok(out)) => return Err(format!("join-projects in networkpolicy mode was accepted: {out}")),
+                    Some(Ok(out)) => {
+                        return Err(format!(
+                            "join-projects in networkpolicy mode was accepted: {out}"
+                        ))
+                    }
                     None => String::from("no replica up"),
                 };
                 serde_json::json!({"step": "join-refused", "error": refused})
@@ -420,11 +462,36 @@ impl<'a> Workload<'a> {
         let roll = self.rng.random_range(0..10);
         let start = self.h.ms();
         let (args, what): (Vec<String>, &str) = if roll < 5 && a != b {
-            (vec!["adm".into(), "pod-network".into(), "join-projects".into(), format!("--to={a}"), b.into()], "join")
+            (
+                vec![
+                    "adm".into(),
+                    "pod-network".into(),
+                    "join-projects".into(),
+                    format!("--to={a}"),
+                    b.into(),
+                ],
+                "join",
+            )
         } else if roll < 9 {
-            (vec!["adm".into(), "pod-network".into(), "isolate-projects".into(), a.into()], "isolate")
+            (
+                vec![
+                    "adm".into(),
+                    "pod-network".into(),
+                    "isolate-projects".into(),
+                    a.into(),
+                ],
+                "isolate",
+            )
         } else {
-            (vec!["adm".into(), "pod-network".into(), "make-projects-global".into(), a.into()], "global")
+            (
+                vec![
+                    "adm".into(),
+                    "pod-network".into(),
+                    "make-projects-global".into(),
+                    a.into(),
+                ],
+                "global",
+            )
         };
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.write(&refs, &Self::no_err)?;
@@ -473,7 +540,10 @@ impl<'a> Workload<'a> {
     fn random_policy(&mut self) -> Policy {
         let r = &mut self.rng;
         let sel = |r: &mut StdRng, key: &str, vals: &[&str]| -> Labels {
-            Labels::from([(key.to_owned(), vals[r.random_range(0..vals.len())].to_owned())])
+            Labels::from([(
+                key.to_owned(),
+                vals[r.random_range(0..vals.len())].to_owned(),
+            )])
         };
         let selector = if r.random_bool(0.5) {
             Labels::new()
