@@ -289,12 +289,21 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
             pods.clone(),
         );
         let every = Duration::from_secs(args.node_reconcile_interval);
+        // A bridge or port deleted behind the shim's back is repaired at once, not at the next
+        // tick (a deleted br0 takes every pod of the node off the network).
+        let deleted = Arc::new(tokio::sync::Notify::new());
+        for table in crate::ovs::WATCHED_TABLES {
+            tokio::spawn(crate::ovs::watch_deletions(table, deleted.clone()));
+        }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = deleted.notified() => {}
+                }
                 match ensure_node(&vsctl, &nl, &spec, &settings).await {
                     Ok(changes) => {
                         for c in changes {

@@ -329,6 +329,50 @@ pub fn opt_int(v: &Value) -> Option<i64> {
     }
 }
 
+/// Tables whose deleted rows mean something of the node set-up vanished behind the shim's
+/// back (br0 itself, vxlan0, tun0, a pod's port).
+pub const WATCHED_TABLES: [&str; 2] = ["Bridge", "Port"];
+
+/// Follows OVSDB (`ovsdb-client monitor`, on the same server `ovs-vsctl` uses) and wakes
+/// `changed` whenever a row of `table` is deleted, so the node set-up is repaired at once
+/// instead of at the next periodic check. A monitor that ends (ovsdb-server restarted, the
+/// tool missing) is started again after a pause; runs until the process ends.
+pub async fn watch_deletions(table: &'static str, changed: std::sync::Arc<tokio::sync::Notify>) {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let child = Command::new("ovsdb-client")
+            .args([
+                "monitor",
+                "Open_vSwitch",
+                table,
+                "name,!initial,!insert,!modify",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        match child {
+            Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    let mut lines = tokio::io::BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        // Rows come as "<uuid> delete <name>"; the headings are not news.
+                        if line.split_whitespace().nth(1) == Some("delete") {
+                            changed.notify_one();
+                        }
+                    }
+                }
+                let _ = child.kill().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, table, "cannot run ovsdb-client monitor; the node set-up is checked at its interval only");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
