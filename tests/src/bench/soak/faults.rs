@@ -1,6 +1,6 @@
 //! The soak's faults, drawn from the seed: kill -9 and SIGSTOP/SIGCONT of the leader and of
 //! standbys, an etcd member killed and restarted, a shim killed and restarted, a switch's
-//! controller connection cut, br0 deleted, a node's underlay link down and up. At most two at
+//! OpenFlow connection cut, br0 deleted, a node's underlay link down and up. At most two at
 //! once, never two on one target, never every replica nor two etcd members down.
 
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ pub enum Hit {
     EtcdKill(usize),
     /// Node n's shim killed.
     ShimKill(usize),
-    /// Node n's br0 controller targets removed (put back at the end).
+    /// Node n's OpenFlow connections cut (packets to and from the replicas' OpenFlow ports
+    /// dropped in the node; let through again at the end).
     SwitchCut(usize),
     /// Node n's br0 deleted (an instant fault: the shim puts it back).
     Br0Delete(usize),
@@ -46,8 +47,6 @@ pub struct Active {
     pub start_ms: u64,
     /// When it is to end.
     pub until: Instant,
-    /// The controller targets removed by a switch cut.
-    pub targets: Vec<String>,
 }
 
 impl Active {
@@ -159,7 +158,6 @@ pub fn start_one(
         ),
         _ => return Ok(None),
     };
-    let mut targets = Vec::new();
     let start_ms = h.ms();
     match hit {
         Hit::ReplicaKill(i) => {
@@ -177,12 +175,24 @@ pub fn start_one(
             c.lab.kill_process(pid);
         }
         Hit::SwitchCut(n) => {
-            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
-            let now = ovs
-                .vsctl(["get-controller", "br0"])
-                .map_err(|e| e.to_string())?;
-            targets = now.split_whitespace().map(str::to_owned).collect();
-            ovs.vsctl(["del-controller", "br0"])
+            // A partition between the switch and every replica's OpenFlow port (packets
+            // dropped both ways in the node): the connection dies as in a network failure.
+            // (Removing br0's controller targets instead would make ovs-vswitchd flush the
+            // table by design: a configuration change, not a cut.)
+            let ns = c.lab.node(n).map_err(|e| e.to_string())?.ns().to_owned();
+            let ports = (0..REPLICAS)
+                .map(|i| (crate::e2e::OPENFLOW_PORT + 10 * i as u16).to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let ip = c.lab.controller_ip();
+            let script = format!(
+                "table ip soak-cut {{\n chain out {{ type filter hook output priority 0; ip daddr {ip} tcp dport {{ {ports} }} drop; }}\n chain in {{ type filter hook input priority 0; ip saddr {ip} tcp sport {{ {ports} }} drop; }}\n}}\n"
+            );
+            let file = c.lab.run_dir().join(format!("soak-cut-node{n}.nft"));
+            std::fs::write(&file, script).map_err(|e| e.to_string())?;
+            let f = file.display().to_string();
+            c.lab
+                .run_in(&ns, "nft", &["-f", &f])
                 .map_err(|e| e.to_string())?;
         }
         Hit::Br0Delete(n) => {
@@ -203,7 +213,6 @@ pub fn start_one(
         leader,
         start_ms,
         until: Instant::now() + dur,
-        targets,
     };
     h.log(
         "fault-start",
@@ -212,7 +221,7 @@ pub fn start_one(
     Ok(Some(a))
 }
 
-/// Ends fault `a` (restarts, SIGCONT, link up, targets back); its span.
+/// Ends fault `a` (restarts, SIGCONT, link up, OpenFlow let through); its span.
 pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
     match a.hit {
         Hit::ReplicaKill(i) => {
@@ -235,16 +244,10 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
             lock(&c.shims)[n - 1] = s;
         }
         Hit::SwitchCut(n) => {
-            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
-            let now = ovs
-                .vsctl(["get-controller", "br0"])
+            let ns = c.lab.node(n).map_err(|e| e.to_string())?.ns().to_owned();
+            c.lab
+                .run_in(&ns, "nft", &["delete", "table", "ip", "soak-cut"])
                 .map_err(|e| e.to_string())?;
-            // The shim may have put them back already.
-            if now.trim().is_empty() && !a.targets.is_empty() {
-                let mut args = vec!["set-controller".to_owned(), "br0".to_owned()];
-                args.extend(a.targets.iter().cloned());
-                ovs.vsctl(&args).map_err(|e| e.to_string())?;
-            }
         }
         Hit::Br0Delete(_) => {}
         Hit::LinkDown(n) => {

@@ -71,7 +71,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             .collect(),
         None => Vec::new(),
     };
-    if !(minutes > 0.0) {
+    if minutes.is_nan() || minutes <= 0.0 {
         return Err("--minutes must be positive".into());
     }
     Ok(Opts {
@@ -181,16 +181,12 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     std::thread::scope(|s| -> Result<(), String> {
         probes::start_streams(s, h, &world, &rec, &stop_probes, Arc::clone(&server_stop))?;
         let prober = s.spawn(|| {
-            probes::prober(
-                c,
-                h,
-                &world,
-                &rec,
-                o.seed ^ 0x5eed_0002,
-                o.pairs,
-                Duration::from_secs(2),
-                &stop_probes,
-            )
+            let plan = probes::ProbePlan {
+                seed: o.seed ^ 0x5eed_0002,
+                pairs: o.pairs,
+                every: Duration::from_secs(2),
+            };
+            probes::prober(c, h, &world, &rec, plan, &stop_probes)
         });
         let base = rss_now(c);
         h.log("warm", serde_json::json!({"rss_mib": base.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>()}));

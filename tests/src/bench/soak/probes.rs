@@ -43,6 +43,17 @@ pub struct Recorded {
     pub stream_round_trips: Mutex<u64>,
 }
 
+/// How the prober draws its rounds.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbePlan {
+    /// Seed of the pairs.
+    pub seed: u64,
+    /// Pod pairs per round.
+    pub pairs: usize,
+    /// A round starts at most this often.
+    pub every: Duration,
+}
+
 struct Job {
     target: Target,
     nodes: Vec<usize>,
@@ -75,11 +86,10 @@ pub fn prober(
     h: &History,
     world: &Mutex<World>,
     rec: &Recorded,
-    seed: u64,
-    pairs: usize,
-    every: Duration,
+    plan: ProbePlan,
     stop: &AtomicBool,
 ) -> Result<(), String> {
+    let ProbePlan { seed, pairs, every } = plan;
     let mut rng = StdRng::seed_from_u64(seed);
     let pod = |k: &str| -> Result<Arc<PodRun>, String> {
         let key = match k.split_once('/') {

@@ -87,6 +87,19 @@ impl World {
     }
 }
 
+/// Kinds of workload steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    AddPod,
+    DeletePod,
+    LabelPod,
+    ApplyPolicy,
+    DeletePolicy,
+    LabelNamespace,
+    NetId,
+    JoinRefused,
+}
+
 /// The workload's thread state.
 pub struct Workload<'a> {
     c: &'a Cluster,
@@ -252,7 +265,7 @@ impl<'a> Workload<'a> {
                 Ok(p) => break (this, p, start),
                 Err(e) => {
                     self.retried += 1;
-                    self.h.log("cni-add-failed", serde_json::json!({"pod": format!("{ns}/{this}"), "node": node, "error": e.to_string()}));
+                    self.h.log("cni-add-failed", serde_json::json!({"pod": format!("{ns}/{this}"), "node": node, "error": format!("{e:?}")}));
                     // Whatever the failed ADD left is removed before the next try.
                     let call = CniCall::new(
                         "DEL",
@@ -358,8 +371,20 @@ impl<'a> Workload<'a> {
             .collect();
         let multitenant = self.c.mode == Mode::Multitenant;
         let roll = self.rng.random_range(0..100);
-        let v = match roll {
-            0..=14 if churn.len() < CHURN_PODS.1 => {
+        // Each kind has a share of the rolls; a kind that does not fit now (too many or too
+        // few pods) falls through to the next.
+        let kind = match roll {
+            0..=14 if churn.len() < CHURN_PODS.1 => Step::AddPod,
+            0..=29 if churn.len() > CHURN_PODS.0 => Step::DeletePod,
+            0..=44 if !churn.is_empty() => Step::LabelPod,
+            0..=64 => Step::ApplyPolicy,
+            65..=74 => Step::DeletePolicy,
+            75..=84 => Step::LabelNamespace,
+            _ if multitenant => Step::NetId,
+            _ => Step::JoinRefused,
+        };
+        let v = match kind {
+            Step::AddPod => {
                 let ns = CHURN_NS[self.rng.random_range(0..CHURN_NS.len())];
                 let node = self.rng.random_range(1..=NODES);
                 let app = APPS[self.rng.random_range(0..APPS.len())];
@@ -368,18 +393,18 @@ impl<'a> Workload<'a> {
                 self.add_pod(ns, &name, node, Some(app))?;
                 serde_json::json!({"step": "pod-add", "pod": format!("{ns}/{name}"), "node": node, "app": app})
             }
-            0..=29 if churn.len() > CHURN_PODS.0 => {
+            Step::DeletePod => {
                 let key = churn[self.rng.random_range(0..churn.len())].clone();
                 self.delete_pod(&key)?;
                 serde_json::json!({"step": "pod-delete", "pod": format!("{}/{}", key.0, key.1)})
             }
-            0..=44 if !churn.is_empty() => {
+            Step::LabelPod => {
                 let key = churn[self.rng.random_range(0..churn.len())].clone();
                 let app = APPS[self.rng.random_range(0..APPS.len())];
                 self.label_pod(&key, app)?;
                 serde_json::json!({"step": "pod-label", "pod": format!("{}/{}", key.0, key.1), "app": app})
             }
-            0..=64 => {
+            Step::ApplyPolicy => {
                 let ns = CHURN_NS[self.rng.random_range(0..CHURN_NS.len())];
                 let name = format!("p{}", self.rng.random_range(0..2));
                 let pol = self.random_policy();
@@ -392,7 +417,7 @@ impl<'a> Workload<'a> {
                 w.commit(m, start, ack);
                 serde_json::json!({"step": "policy-apply", "policy": format!("{ns}/{name}"), "spec": format!("{pol:?}")})
             }
-            0..=74 => {
+            Step::DeletePolicy => {
                 let existing: Vec<(String, String)> =
                     lock(self.world).current.policies.keys().cloned().collect();
                 if existing.is_empty() {
@@ -411,7 +436,7 @@ impl<'a> Workload<'a> {
                 w.commit(m, start, ack);
                 serde_json::json!({"step": "policy-delete", "policy": target})
             }
-            0..=84 => {
+            Step::LabelNamespace => {
                 let ns = CHURN_NS[self.rng.random_range(0..CHURN_NS.len())];
                 let team = TEAMS[self.rng.random_range(0..TEAMS.len())];
                 let start = self.h.ms();
@@ -430,8 +455,8 @@ impl<'a> Workload<'a> {
                 w.commit(m, start, ack);
                 serde_json::json!({"step": "namespace-label", "namespace": ns, "team": team})
             }
-            _ if multitenant => self.netid_step()?,
-            _ => {
+            Step::NetId => self.netid_step()?,
+            Step::JoinRefused => {
                 // networkpolicy mode refuses join/isolate; the refusal must be clear and change
                 // nothing (the final read-back checks the latter).
                 let args = ["adm", "pod-network", "join-projects", "--to=a", "b"];
