@@ -46,6 +46,7 @@ struct Opts {
     fault_gap_secs: f64,
     pairs: usize,
     leader_ttl: u64,
+    warmup_secs: f64,
     shim_extra: Vec<String>,
 }
 
@@ -82,6 +83,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         fault_gap_secs: arg_value(args, "--fault-gap-secs", 12.0)?,
         pairs: arg_value(args, "--pairs", 24)?,
         leader_ttl: arg_value(args, "--leader-ttl", 2)?,
+        warmup_secs: arg_value(args, "--warmup-secs", (minutes * 60.0 / 5.0).min(300.0))?,
         shim_extra,
     })
 }
@@ -96,6 +98,8 @@ struct Outcome {
     converge_secs: Option<f64>,
     rss_growth_mib: f64,
     rss_growth_pct: f64,
+    /// etcd's members (MiB, fraction), reported apart: see docs/operations.md.
+    etcd_rss_growth: (f64, f64),
     errors: Vec<String>,
 }
 
@@ -139,13 +143,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
         eprintln!("soak: {e}");
     }
     eprintln!(
-        "soak: seed={} mode={} probes={} transitional={} steps={} rss_growth_pct={:.1} history={}",
+        "soak: seed={} mode={} probes={} transitional={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
         o.seed,
         o.mode.config_name(),
         v.probes,
         v.transitional,
         out.steps,
         out.rss_growth_pct * 100.0,
+        out.etcd_rss_growth.0,
+        out.etcd_rss_growth.1 * 100.0,
         h.path().display()
     );
     println!("{line}");
@@ -188,8 +194,10 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             };
             probes::prober(c, h, &world, &rec, plan, &stop_probes)
         });
-        let base = rss_now(c);
-        h.log("warm", serde_json::json!({"rss_mib": base.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>()}));
+        // The memory baseline is taken once the run has been under faults and writes for
+        // the warm-up (caches and allocator arenas filled), not at the quiet start.
+        let mut base: Option<BTreeMap<String, (u32, f64)>> = None;
+        let warm_at = Instant::now() + Duration::from_secs_f64(o.warmup_secs);
         let workload = s.spawn(|| workload::run(wl, &stop_work));
         let mut rng = StdRng::seed_from_u64(o.seed ^ 0x5eed_0003);
         let deadline = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
@@ -200,6 +208,11 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         let mut next = Instant::now() + gap(&mut rng);
         while Instant::now() < deadline {
             let now = Instant::now();
+            if base.is_none() && now >= warm_at {
+                let b = rss_now(c);
+                h.log("warm", serde_json::json!({"rss_mib": b.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>()}));
+                base = Some(b);
+            }
             let mut k = 0;
             while k < active.len() {
                 if active[k].until <= now {
@@ -268,7 +281,16 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             std::thread::sleep(Duration::from_millis(100));
         }
         let end_rss = rss_now(c);
-        let (mib, pct) = rss_growth(&base, &end_rss);
+        let base = base.unwrap_or_else(|| {
+            errors.push(format!(
+                "the run was shorter than the warm-up ({} s): no memory baseline",
+                o.warmup_secs
+            ));
+            end_rss.clone()
+        });
+        let (mib, pct) = rss_growth(&base, &end_rss, |k| !k.starts_with("etcd"));
+        let (etcd_mib, etcd_pct) = rss_growth(&base, &end_rss, |k| k.starts_with("etcd"));
+        out.etcd_rss_growth = (etcd_mib, etcd_pct);
         out.rss_growth_mib = mib;
         out.rss_growth_pct = pct;
         h.log("rss", serde_json::json!({"end_mib": end_rss.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>(), "growth_mib": mib, "growth_pct": pct * 100.0}));
@@ -405,11 +427,16 @@ fn rss_now(c: &Cluster) -> BTreeMap<String, (u32, f64)> {
         .collect()
 }
 
-/// Largest growth (MiB) and largest relative growth among processes alive at both points.
-fn rss_growth(a: &BTreeMap<String, (u32, f64)>, b: &BTreeMap<String, (u32, f64)>) -> (f64, f64) {
+/// Largest growth (MiB) and largest relative growth among the processes `which` names that
+/// were alive (same PID) at both points.
+fn rss_growth(
+    a: &BTreeMap<String, (u32, f64)>,
+    b: &BTreeMap<String, (u32, f64)>,
+    which: impl Fn(&str) -> bool,
+) -> (f64, f64) {
     let mut mib: f64 = 0.0;
     let mut pct: f64 = 0.0;
-    for (k, (pid, before)) in a {
+    for (k, (pid, before)) in a.iter().filter(|(k, _)| which(k)) {
         if let Some((pid2, after)) = b.get(k) {
             if pid == pid2 && *before > 0.0 {
                 mib = mib.max(after - before);
