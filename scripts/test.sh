@@ -94,4 +94,10 @@ if [ "$cargo_status" -ne 0 ] && [ "$summary_status" -eq 0 ]; then
     echo "cargo test exited with status $cargo_status (a build failure, or a test binary that did not run)"
 fi
 echo "$summary"
-[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ]
+# The chaos soak (issue 33, docs/operations.md): 5 minutes with a fixed seed on a 3-node lab
+# with three replicas on etcd; its last line is the verdict, its history stays for reading.
+soak_status=0
+mkdir -p "$target_dir/soak"
+"$target_dir/debug/flowmesh-bench" soak --minutes 5 --seed 33 \
+    --history "$target_dir/soak/ci-seed33.jsonl" || soak_status=$?
+[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ] && [ "$soak_status" -eq 0 ]
