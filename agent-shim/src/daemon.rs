@@ -92,6 +92,16 @@ pub struct Args {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Open vSwitch's run directory, where br0's OpenFlow management socket (`BRIDGE.mgmt`)
+    /// is: the audit logger's connection to the bridge.
+    #[arg(long, env = "OVS_RUNDIR", default_value = "/var/run/openvswitch")]
+    pub ovs_rundir: PathBuf,
+    /// The network policy audit log (rotated at policyAuditConfig.maxFileSize).
+    #[arg(long, default_value = crate::audit::DEFAULT_LOG_FILE)]
+    pub audit_log_file: PathBuf,
+    /// The syslog socket of the audit destination `libc`.
+    #[arg(long, default_value = "/dev/log")]
+    pub syslog_socket: PathBuf,
 }
 
 /// Log output format.
@@ -269,6 +279,16 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
             }
         });
     }
+    tokio::spawn(crate::audit::run(
+        api.clone(),
+        crate::audit::AuditOptions {
+            node: settings.node.clone(),
+            mgmt_socket: args.ovs_rundir.join(format!("{}.mgmt", args.bridge)),
+            log_file: args.audit_log_file.clone(),
+            syslog_socket: args.syslog_socket.clone(),
+            hostname: args.node_name.clone(),
+        },
+    ));
     let pods = Arc::new(PodManager::new(
         vsctl.clone(),
         nl.clone(),

@@ -6,9 +6,11 @@
 //! * [`node`]: node setup; [`pod`]: ADD/DEL/CHECK/GC/STATUS; [`server`]: the CNI socket;
 //!   [`daemon`]: the shim's main loop.
 //! * [`egress`]: the egress node's half of egress IPs (address, ARP, SNAT).
+//! * [`audit`]: network policy audit lines (the second OpenFlow connection to br0).
 //! * [`ovs`] (ovs-vsctl), [`netlink`] (rtnetlink), [`nft`] (nftables), [`nodeapi`] (the
 //!   controller's gRPC node API), [`net`] (IPv4 prefixes, pod MACs).
 
+pub mod audit;
 pub mod cni;
 pub mod daemon;
 pub mod egress;

@@ -203,4 +203,40 @@ impl NodeApi {
         .map(tonic::Response::into_inner)
         .map_err(self.err("WatchEgress"))
     }
+
+    /// WatchAudit: the stream of this node's audit-logging settings (see [`crate::audit`]).
+    pub async fn watch_audit(
+        &self,
+        node: &str,
+    ) -> Result<tonic::Streaming<proto::node::AuditSettings>, NodeApiError> {
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = proto::node::WatchAuditRequest {
+                node: node.to_owned(),
+            };
+            async move { c.watch_audit(r).await }
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(self.err("WatchAudit"))
+    }
+
+    /// LookupPods: the pods behind `ips`.
+    pub async fn lookup_pods(
+        &self,
+        node: &str,
+        ips: Vec<String>,
+    ) -> Result<Vec<proto::node::PodAddress>, NodeApiError> {
+        unsent_retry(|| {
+            let mut c = self.client.clone();
+            let r = proto::node::LookupPodsRequest {
+                node: node.to_owned(),
+                ips: ips.clone(),
+            };
+            async move { c.lookup_pods(r).await }
+        })
+        .await
+        .map(|r| r.into_inner().pods)
+        .map_err(self.err("LookupPods"))
+    }
 }

@@ -154,36 +154,76 @@ async fn label(s: &Session, c: LabelCommand) -> Result<(), CliError> {
     }
 }
 
+/// The NetNamespace annotation `annotate namespace` passes on to the NetNamespace.
+const MULTICAST_ANNOTATION: &str = "netnamespace.network.openshift.io/multicast-enabled";
+
 async fn annotate(s: &Session, c: AnnotateCommand) -> Result<(), CliError> {
-    let AnnotateCommand::Netnamespace {
-        name,
-        annotations,
-        overwrite,
-    } = c;
+    let (kind, name, annotations, overwrite) = match c {
+        AnnotateCommand::Netnamespace {
+            name,
+            annotations,
+            overwrite,
+        } => ("netnamespace", name, annotations, overwrite),
+        AnnotateCommand::Namespace {
+            name,
+            annotations,
+            overwrite,
+        } => ("namespace", name, annotations, overwrite),
+    };
     let target = Target::Object {
-        kind: "netnamespace",
+        kind,
         name: name.clone(),
-        command: "annotate netnamespace",
+        command: if kind == "namespace" {
+            "annotate namespace"
+        } else {
+            "annotate netnamespace"
+        },
     };
     let op = || Operation::new("annotate", target.clone());
     let (set, remove) = label_edits(&annotations).map_err(|detail| CliError::Input {
         op: Box::new(op()),
         detail: detail.replace("label", "annotation"),
     })?;
-    let conn = s.conn().await?;
-    let req = conn.request(admin::AnnotateRequest {
-        name: name.clone(),
-        set,
-        remove,
-        overwrite,
-    });
-    let reply = conn
-        .call(op(), conn.client.clone().annotate_net_namespace(req))
-        .await?;
-    if reply.changed {
-        print(&format!("netnamespace/{name} annotated\n"))
+    // `annotate namespace` sends the NetNamespace's own annotation there, the rest to the
+    // Namespace.
+    let mut calls: Vec<(&str, std::collections::HashMap<String, String>, Vec<String>)> = Vec::new();
+    if kind == "namespace" {
+        let (mc_set, ns_set): (std::collections::HashMap<_, _>, _) = set
+            .into_iter()
+            .partition(|(k, _)| k == MULTICAST_ANNOTATION);
+        let (mc_rm, ns_rm): (Vec<_>, Vec<_>) =
+            remove.into_iter().partition(|k| k == MULTICAST_ANNOTATION);
+        if !mc_set.is_empty() || !mc_rm.is_empty() {
+            calls.push(("netnamespace", mc_set, mc_rm));
+        }
+        if !ns_set.is_empty() || !ns_rm.is_empty() {
+            calls.push(("namespace", ns_set, ns_rm));
+        }
     } else {
-        print(&format!("netnamespace/{name} not annotated\n"))
+        calls.push(("netnamespace", set, remove));
+    }
+    let conn = s.conn().await?;
+    let mut changed = false;
+    for (to, set, remove) in calls {
+        let req = conn.request(admin::AnnotateRequest {
+            name: name.clone(),
+            set,
+            remove,
+            overwrite,
+        });
+        let reply = if to == "namespace" {
+            conn.call(op(), conn.client.clone().annotate_namespace(req))
+                .await?
+        } else {
+            conn.call(op(), conn.client.clone().annotate_net_namespace(req))
+                .await?
+        };
+        changed |= reply.changed;
+    }
+    if changed {
+        print(&format!("{kind}/{name} annotated\n"))
+    } else {
+        print(&format!("{kind}/{name} not annotated\n"))
     }
 }
 

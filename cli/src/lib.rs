@@ -142,8 +142,21 @@ pub enum LabelCommand {
 #[derive(Debug, Subcommand)]
 pub enum AnnotateCommand {
     /// Annotate a NetNamespace (the namespace of the same name).
-    #[command(visible_aliases = ["netnamespaces", "netns", "namespace", "ns"])]
+    #[command(visible_aliases = ["netnamespaces", "netns"])]
     Netnamespace {
+        /// Namespace name.
+        name: String,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(required = true)]
+        annotations: Vec<String>,
+        /// Allow changing the value of an annotation that is set.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Annotate a Namespace: k8s.ovn.org/acl-logging (network policy audit logging); the
+    /// NetNamespace's multicast annotation given here goes to the NetNamespace.
+    #[command(visible_aliases = ["namespaces", "ns"])]
+    Namespace {
         /// Namespace name.
         name: String,
         /// KEY=VALUE to set, KEY- to remove.

@@ -432,6 +432,9 @@ pub struct SwitchView {
     pub unknown: bool,
     /// The OpenFlow role the answering replica holds on it (empty: none requested).
     pub role: String,
+    /// Audit logging there: empty (nothing logs on it), `on`, or `off: WHY`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub audit: String,
 }
 
 impl From<&admin::Switch> for SwitchView {
@@ -448,6 +451,7 @@ impl From<&admin::Switch> for SwitchView {
             last_error: s.last_error.clone(),
             unknown: s.unknown,
             role: s.role.clone(),
+            audit: s.audit.clone(),
         }
     }
 }
@@ -456,7 +460,7 @@ impl Tabular for SwitchView {
     fn headers(wide: bool) -> Vec<&'static str> {
         let mut h = vec!["NODE", "DPID", "CONNECTED", "SYNCED", "FLOWS", "ERRORS"];
         if wide {
-            h.extend(["DESIRED", "PEER", "ROLE", "LAST ERROR"]);
+            h.extend(["DESIRED", "PEER", "ROLE", "AUDIT", "LAST ERROR"]);
         }
         h
     }
@@ -482,6 +486,11 @@ impl Tabular for SwitchView {
                     "-".into()
                 } else {
                     self.role.clone()
+                },
+                if self.audit.is_empty() {
+                    "-".into()
+                } else {
+                    self.audit.clone()
                 },
                 self.last_error.clone(),
             ]);

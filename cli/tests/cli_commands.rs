@@ -122,13 +122,17 @@ fn get_switches_table_wide_and_json() {
         w.contains("LAST ERROR") && w.contains("OFPBAC_BAD_OUT_PORT") && w.contains("master"),
         "{w}"
     );
+    assert!(
+        w.contains("AUDIT") && w.contains("off: the switch has no meters"),
+        "{w}"
+    );
     let v = json(s.ctl(&["get", "sw", "node-2", "-o", "json"]).ok());
     assert_eq!(
         v,
         serde_json::json!([{
             "node": "node-2", "dpid": "0x0000000000000002", "connected": false, "synced": false,
             "flows": 0, "desiredFlows": 40, "errors": 3, "peer": "", "lastError": "OFPBAC_BAD_OUT_PORT",
-            "unknown": false, "role": ""
+            "unknown": false, "role": "", "audit": "off: the switch has no meters"
         }])
     );
 }

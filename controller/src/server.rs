@@ -23,6 +23,11 @@ use topology::ClusterNetworkConfig;
 pub struct ServerConfig {
     /// Cluster network config from `--config` (None: stored, or the embedded default).
     pub cluster: Option<ClusterNetworkConfig>,
+    /// `policyAuditConfig` from `--config` (None: OpenShift's defaults).
+    pub policy_audit: Option<topology::model::audit::AuditConfig>,
+    /// The `--config` file and the text it was read with: watched for `policyAuditConfig`
+    /// changes, applied while running.
+    pub config_file: Option<(PathBuf, String)>,
     /// Where the embedded database lives.
     pub data_dir: PathBuf,
     /// OpenFlow listen address.
@@ -109,6 +114,9 @@ pub enum StartError {
     /// The state backend failed.
     #[error("{0}")]
     Store(#[from] crate::state::StoreError),
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
     /// The stored state or config was refused.
     #[error("{0}")]
     State(#[from] crate::error::ApiError),
@@ -310,7 +318,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         (None, None) => crate::ha::Leadership::alone(),
         _ => crate::ha::Leadership::standby(),
     };
-    let (model, listing, skipped) = {
+    let (mut model, listing, skipped) = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || load_and_initialise(store.as_ref(), cluster.as_ref()))
             .await
@@ -322,6 +330,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         pods = model.pod_count(),
         "state loaded"
     );
+    if let Some(a) = &cfg.policy_audit {
+        model
+            .set_audit_config(a.clone())
+            .map_err(|e| StartError::Config(format!("--config: {e}")))?;
+    }
     let grpc_tls = grpc_tls_config(&cfg)?;
     let grpc_enforce = grpc_tls.is_some();
     // HTTP/2 pings find a dead peer (a node cut off without a reset) within seconds, so a
@@ -387,6 +400,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         },
         metrics.clone(),
     )?;
+    if let Some((path, text)) = &cfg.config_file {
+        tokio::spawn(crate::resources::audit::watch_config_file(
+            core.clone(),
+            path.clone(),
+            text.clone(),
+        ));
+    }
     if !skipped.is_empty() {
         tracing::error!(
             records = skipped.len(),

@@ -33,7 +33,7 @@ fn etcd_args<'a>(cluster: &'a str, prefix: &'a str) -> Vec<&'a str> {
         // The shortest lease these members allow: a lost lease would show within the test's
         // windows.
         "--leader-ttl",
-        "2",
+        "3",
     ]
 }
 
@@ -268,9 +268,9 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     )
     .expect("write with one member down");
     assert_eq!(aborted, 0, "one replica has nothing to conflict with");
-    // Longer than the lease TTL (2 s): a lease that was not renewed meanwhile is gone by then
+    // Longer than the lease TTL (3 s): a lease that was not renewed meanwhile is gone by then
     // and a new generation elected.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let after_kill = generation(
         a1.get_controllers(pa::Empty {})
             .await
@@ -450,6 +450,7 @@ async fn etcd_backend_guards_writes_watches_and_relists_after_compaction() {
             netid,
             labels: Default::default(),
             multicast: false,
+            acl_logging: None,
         })
     };
     let put = |r: Record, expected| Guarded {
@@ -604,7 +605,7 @@ fn bad_datastore_flags_are_refused_clearly() {
                 "--leader-ttl",
                 "3",
             ],
-            "Give at least 4",
+            "Give at least 5",
         ),
         (
             vec![
@@ -617,7 +618,7 @@ fn bad_datastore_flags_are_refused_clearly() {
                 "--leader-ttl",
                 "1",
             ],
-            "Give at least 2",
+            "Give at least 3",
         ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))

@@ -139,15 +139,21 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
                 "Deployment" => strict::<Deployment>(doc).map(drop),
                 "DaemonSet" => strict::<DaemonSet>(doc).map(drop),
                 "ConfigMap" => strict::<ConfigMap>(doc).and_then(|cm| {
-                    // The cluster network it carries is what --config reads.
+                    // The cluster network and policyAuditConfig it carries are what --config
+                    // reads, read as the controller reads them.
                     let text = cm
                         .data
                         .as_ref()
                         .and_then(|d| d.get("cluster-network.yaml"))
                         .ok_or("no data.cluster-network.yaml")?;
-                    let cfg: topology::ClusterNetworkConfig =
-                        serde_yaml::from_str(text).map_err(|e| e.to_string())?;
-                    cfg.validate().map_err(|e| e.to_string())
+                    let (_, audit) = controller::resources::audit::parse_config_file(text)?;
+                    match audit {
+                        Some(a) if a == Default::default() => Ok(()),
+                        Some(a) => Err(format!(
+                            "policyAuditConfig shows other values than the defaults: {a:?}"
+                        )),
+                        None => Err("no policyAuditConfig".into()),
+                    }
                 }),
                 other => Err(format!("no typed check for kind {other:?}")),
             };
@@ -178,13 +184,52 @@ fn every_deploy_yaml_parses_as_its_typed_object() {
 /// The shipped workloads run the binaries with flags they accept, and mount what they name.
 #[test]
 fn deploy_workloads_run_real_flags() {
+    const AUDIT_LOG: &str = "/var/log/flowmesh/acl-audit-log.log";
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
     let read =
         |f: &str| std::fs::read_to_string(deploy_dir().join("kubernetes").join(f)).expect("read");
     let d: Deployment = serde_yaml::from_str(&read("30-controller.yaml")).expect("Deployment");
     let ds: DaemonSet = serde_yaml::from_str(&read("40-node.yaml")).expect("DaemonSet");
-    let ctl = &d.spec.template.spec.expect("pod spec").containers[0];
-    let shim = &ds.spec.template.spec.expect("pod spec").containers[0];
+    let ctl_pod = d.spec.template.spec.clone().expect("pod spec");
+    let shim_pod = ds.spec.template.spec.clone().expect("pod spec");
+    let (ctl, shim) = (&ctl_pod.containers[0], &shim_pod.containers[0]);
+    // The mount that holds `path`, and the volume behind it.
+    let mount_of = |pod: &k8s_openapi::api::core::v1::PodSpec, path: &str| {
+        let m = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| path.starts_with(&format!("{}/", m.mount_path.trim_end_matches('/'))))
+            .max_by_key(|m| m.mount_path.len())
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"))
+            .clone();
+        let v = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == m.name)
+            .unwrap_or_else(|| panic!("no volume {}", m.name))
+            .clone();
+        (m, v)
+    };
+    // The controller re-reads --config while running (policyAuditConfig): the ConfigMap is
+    // mounted as a directory, which the kubelet updates in place (a subPath mount never is).
+    let config = ctl
+        .args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix("--config="))
+        .expect("controller --config");
+    let (m, v) = mount_of(&ctl_pod, config);
+    assert!(m.sub_path.is_none(), "{m:?}");
+    assert_eq!(
+        v.config_map.map(|c| c.name).as_deref(),
+        Some("flowmesh-config")
+    );
+    // The shim's audit log (its default path, checked against its --help below) is on the
+    // host.
+    let (_, v) = mount_of(&shim_pod, AUDIT_LOG);
+    assert!(v.host_path.is_some(), "{v:?}");
     for (bin, c) in [("flowmesh-controller", ctl), ("flowmesh-shim", shim)] {
         // Flag names only: values are the pod's ($(VAR) expansions, mounted files).
         let exe = match bin {
@@ -200,6 +245,12 @@ fn deploy_workloads_run_real_flags() {
             .output()
             .unwrap_or_else(|e| panic!("run {bin} --help: {e}"));
         let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        if bin == "flowmesh-shim" {
+            assert!(
+                help.contains(&format!("[default: {AUDIT_LOG}]")),
+                "the shim's audit log is {AUDIT_LOG} by default:\n{help}"
+            );
+        }
         for a in c.args.iter().flatten() {
             let flag = a.split('=').next().unwrap_or_default();
             assert!(

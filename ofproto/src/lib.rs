@@ -6,6 +6,7 @@ pub mod error;
 pub mod flow;
 pub mod instruction;
 pub mod message;
+pub mod meter;
 pub mod oxm;
 pub mod session;
 #[cfg(feature = "testing")]
@@ -22,4 +23,5 @@ pub use instruction::Instruction;
 pub use message::{
     decode_frame, decode_message, ofp_print, parse_hex, Framer, Message, MessageHeader,
 };
+pub use meter::{BandKind, Meter, MeterBand, MeterFeatures, MeterMod, MeterModCommand, MeterStats};
 pub use oxm::{Field, Match, MatchField, OxmHeader};

@@ -63,6 +63,9 @@ impl FakeSwitch {
                 // OFPMP_FLOW is multipart type 1.
                 let flow_stats =
                     t == msg_type::MULTIPART_REQUEST && frame.get(8..10) == Some(&[0, 1]);
+                // OFPMP_METER, _CONFIG, _FEATURES (9, 10, 11): a switch without meters.
+                let meters = t == msg_type::MULTIPART_REQUEST
+                    && matches!(frame.get(8..10), Some([0, 9..=11]));
                 let reply = match t {
                     msg_type::FEATURES_REQUEST => Some(Message::FeaturesReply(SwitchFeatures {
                         datapath_id: self.dpid,
@@ -73,6 +76,13 @@ impl FakeSwitch {
                         reserved: 0,
                     })),
                     msg_type::MULTIPART_REQUEST if flow_stats && self.silent_on_flow_stats => None,
+                    msg_type::MULTIPART_REQUEST if meters => Some(Message::Error(ErrorMsg {
+                        kind: ErrorKind::BadRequest(BadRequestCode::BadMultipart),
+                        data: frame
+                            .get(..frame.len().min(64))
+                            .unwrap_or_default()
+                            .to_vec(),
+                    })),
                     msg_type::MULTIPART_REQUEST => Some(Message::MultipartReply(
                         MultipartReply::new(MultipartReplyBody::PortDesc(Vec::new())),
                     )),

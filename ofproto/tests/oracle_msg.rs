@@ -565,3 +565,218 @@ fn zero_in_alternate_hex_form_matches_ovs() {
         check(what, &rep(g), 0, Expect::Identical);
     }
 }
+
+/// METER_MOD (every command, band kind and flag, and what OVS refuses), the meter multipart
+/// requests and replies, and a meter-mod in a bundle (OVS does not bundle meters: refused).
+#[test]
+fn meter_messages_match_ovs() {
+    use ofproto::meter::{meter_flags as mf, meter_id, BandKind, MeterBand};
+    use ofproto::{Meter, MeterFeatures, MeterMod, MeterModCommand, MeterStats};
+    use Expect::*;
+    let audit = Meter {
+        meter_id: 1,
+        flags: mf::PKTPS | mf::BURST | mf::STATS,
+        bands: vec![MeterBand::drop(20, 20)],
+    };
+    let remark = Meter {
+        meter_id: 7,
+        flags: mf::KBPS | 0x30,
+        bands: vec![
+            MeterBand::drop(1000, 100),
+            MeterBand {
+                kind: BandKind::DscpRemark { prec_level: 2 },
+                rate: 2000,
+                burst_size: 0,
+            },
+        ],
+    };
+    let band = |kind| MeterBand {
+        kind,
+        rate: 5,
+        burst_size: 6,
+    };
+    let with = |bands| Meter {
+        meter_id: 3,
+        flags: mf::PKTPS,
+        bands,
+    };
+    let mm = |command, meter| Message::MeterMod(MeterMod { command, meter });
+    let cases: Vec<(&str, Message, Expect)> = vec![
+        (
+            "meter add",
+            Message::MeterMod(MeterMod::add(audit.clone())),
+            Identical,
+        ),
+        (
+            "meter modify",
+            Message::MeterMod(MeterMod::modify(remark.clone())),
+            Identical,
+        ),
+        (
+            "meter delete",
+            Message::MeterMod(MeterMod::delete(1)),
+            Identical,
+        ),
+        (
+            "meter delete all",
+            Message::MeterMod(MeterMod::delete(meter_id::ALL)),
+            Identical,
+        ),
+        (
+            "meter delete with bands",
+            mm(MeterModCommand::Delete, audit.clone()),
+            Identical,
+        ),
+        (
+            "meter add, no bands",
+            mm(MeterModCommand::Add, with(vec![])),
+            Identical,
+        ),
+        (
+            "meter bad command",
+            mm(MeterModCommand::Unknown(9), audit.clone()),
+            Identical,
+        ),
+        (
+            "meter kbps and pktps",
+            mm(
+                MeterModCommand::Add,
+                Meter {
+                    flags: mf::KBPS | mf::PKTPS,
+                    ..audit.clone()
+                },
+            ),
+            Identical,
+        ),
+        (
+            "meter experimenter band",
+            mm(
+                MeterModCommand::Add,
+                with(vec![band(BandKind::Experimenter {
+                    experimenter: 0x2320,
+                })]),
+            ),
+            Identical,
+        ),
+        (
+            "meter unknown band",
+            mm(
+                MeterModCommand::Add,
+                with(vec![band(BandKind::Unknown {
+                    band_type: 3,
+                    body: vec![0; 4],
+                })]),
+            ),
+            Identical,
+        ),
+        (
+            "meter long unknown band",
+            mm(
+                MeterModCommand::Add,
+                with(vec![band(BandKind::Unknown {
+                    band_type: 3,
+                    body: vec![0; 12],
+                })]),
+            ),
+            Identical,
+        ),
+    ];
+    let req = |b| Message::MultipartRequest(MultipartRequest::new(b));
+    let rep = |b| Message::MultipartReply(MultipartReply::new(b));
+    let stats = |id, bands: Vec<(u64, u64)>| MeterStats {
+        meter_id: id,
+        flow_count: 2,
+        packet_in_count: 10_000,
+        byte_in_count: 740_000,
+        duration_sec: 12,
+        duration_nsec: 345_000_000,
+        band_stats: bands,
+    };
+    let features = |max_meter, band_types, capabilities| MeterFeatures {
+        max_meter,
+        band_types,
+        capabilities,
+        max_bands: 8,
+        max_color: 0,
+    };
+    use MultipartReplyBody as R;
+    use MultipartRequestBody as Q;
+    let mp: Vec<(&str, Message, Expect)> = vec![
+        (
+            "meter stats request all",
+            req(Q::Meter(meter_id::ALL)),
+            Identical,
+        ),
+        ("meter stats request one", req(Q::Meter(1)), Identical),
+        (
+            "meter stats request controller",
+            req(Q::Meter(meter_id::CONTROLLER)),
+            Identical,
+        ),
+        (
+            "meter config request",
+            req(Q::MeterConfig(meter_id::ALL)),
+            Identical,
+        ),
+        (
+            "meter config request slowpath",
+            req(Q::MeterConfig(meter_id::SLOWPATH)),
+            Identical,
+        ),
+        (
+            "meter config request unknown",
+            req(Q::MeterConfig(0xffff_fff0)),
+            Identical,
+        ),
+        ("meter features request", req(Q::MeterFeatures), Identical),
+        (
+            "meter stats reply",
+            rep(R::Meter(vec![
+                stats(1, vec![(9_980, 738_520)]),
+                stats(2, vec![]),
+            ])),
+            Identical,
+        ),
+        (
+            "meter config reply",
+            rep(R::MeterConfig(vec![audit.clone(), remark])),
+            Identical,
+        ),
+        (
+            "meter config reply, none",
+            rep(R::MeterConfig(vec![])),
+            Identical,
+        ),
+        (
+            "meter config reply, experimenter band",
+            rep(R::MeterConfig(vec![with(vec![band(
+                BandKind::Experimenter { experimenter: 1 },
+            )])])),
+            Identical,
+        ),
+        (
+            "meter features reply (OVS)",
+            rep(R::MeterFeatures(features(262_144, 2, 0xf))),
+            Identical,
+        ),
+        (
+            "meter features reply, none",
+            rep(R::MeterFeatures(features(0, 0, 0))),
+            Identical,
+        ),
+        (
+            "meter features reply, other bits",
+            rep(R::MeterFeatures(features(1, 0x8006, 0x31))),
+            Identical,
+        ),
+    ];
+    for (what, msg, expect) in cases.iter().chain(&mp) {
+        check(what, msg, 0x51, *expect);
+    }
+    let bundled = Message::BundleAdd(BundleAdd::new(
+        9,
+        BundleFlags::ATOMIC,
+        Message::MeterMod(MeterMod::add(audit)),
+    ));
+    check("meter mod in a bundle", &bundled, 0x7d, Identical);
+}

@@ -143,6 +143,13 @@ fn shim_args(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Vec<String> {
             f(format!("node-node{node}-key.pem")),
         ]);
     }
+    // The audit log and the syslog socket of its `libc` destination stay the lab's too.
+    a.extend([
+        "--audit-log-file".into(),
+        audit_log_path(lab, node).display().to_string(),
+        "--syslog-socket".into(),
+        syslog_socket_path(lab, node).display().to_string(),
+    ]);
     // NetworkManager's configuration stays the lab's: the shim writes its file into the run
     // directory, never into this machine's /etc.
     let nm = lab.run_dir().join(format!("node{node}-networkmanager"));
@@ -150,6 +157,21 @@ fn shim_args(lab: &NetnsLab, node: usize, o: &ShimOptions) -> Vec<String> {
     a.extend(["--networkmanager-conf-dir".into(), nm.display().to_string()]);
     a.extend(o.extra.iter().cloned());
     a
+}
+
+/// The network policy audit log of node `node`'s shim (see `shim_args`).
+pub fn audit_log_path(lab: &NetnsLab, node: usize) -> PathBuf {
+    lab.run_dir()
+        .join(format!("node{node}-audit"))
+        .join("acl-audit-log.log")
+}
+
+/// The syslog socket node `node`'s shim writes to with the `libc` audit destination (nobody
+/// listens there unless a test binds it).
+pub fn syslog_socket_path(lab: &NetnsLab, node: usize) -> PathBuf {
+    lab.run_dir()
+        .join(format!("node{node}-audit"))
+        .join("dev-log")
 }
 
 /// The NetworkManager `conf.d` directory node `node`'s shim was given (see `shim_args`).

@@ -345,6 +345,18 @@ impl LabController {
         self.ctl_output_as(lab, "admin-admin", args)
     }
 
+    /// Its `/metrics` text, read over HTTPS from the controller's namespace with the lab's
+    /// read-only certificate (metrics off loopback need one).
+    pub fn metrics_text(&self, lab: &NetnsLab) -> Result<String> {
+        https_get(
+            lab.controller_ns(),
+            self.metrics,
+            "/metrics",
+            &TlsClientFiles::from_pki(&self.pki, "read-only-viewer"),
+            Duration::from_secs(5),
+        )
+    }
+
     /// Like [`LabController::ctl_output`] with the credentials `PKI/STEM.pem` (e.g.
     /// `read-only-viewer`, `node-node1`).
     pub fn ctl_output_as(&self, lab: &NetnsLab, stem: &str, args: &[&str]) -> Result<Output> {
@@ -470,7 +482,7 @@ pub fn tcp_probe(
 /// Unlike [`tcp_probe`] it does not half-close: HTTP servers may drop a half-closed client
 /// before answering.
 pub fn http_get(ns: &str, addr: SocketAddrV4, path: &str, timeout: Duration) -> Result<String> {
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = http_request(addr, path);
     in_netns(ns, move || {
         let io = |source| HarnessError::Net {
             context: format!("HTTP GET {addr}"),
@@ -481,15 +493,113 @@ pub fn http_get(ns: &str, addr: SocketAddrV4, path: &str, timeout: Duration) -> 
         s.write_all(req.as_bytes()).map_err(io)?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).map_err(io)?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        match text.split_once("\r\n\r\n") {
-            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
-            _ => Err(HarnessError::Parse {
-                what: format!("HTTP GET {addr}{}", req.lines().next().unwrap_or("")),
-                detail: text,
-            }),
-        }
+        http_body(addr, &req, &buf)
     })
+}
+
+/// Client credentials for [`https_get`]: the CA that signed the server's certificate and a
+/// client certificate with its key (PEM files, e.g. a lab PKI's `ca.pem`, `STEM.pem`,
+/// `STEM-key.pem`).
+#[derive(Clone, Debug)]
+pub struct TlsClientFiles {
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// The client certificate chain.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+impl TlsClientFiles {
+    /// `PKI/ca.pem`, `PKI/STEM.pem` and `PKI/STEM-key.pem`.
+    pub fn from_pki(pki: &Path, stem: &str) -> Self {
+        TlsClientFiles {
+            ca: pki.join("ca.pem"),
+            cert: pki.join(format!("{stem}.pem")),
+            key: pki.join(format!("{stem}-key.pem")),
+        }
+    }
+
+    fn client_config(&self) -> Result<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |what: &Path, e: &dyn std::fmt::Display| HarnessError::Parse {
+            what: what.display().to_string(),
+            detail: e.to_string(),
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&self.ca).map_err(|e| bad(&self.ca, &e))? {
+            roots
+                .add(c.map_err(|e| bad(&self.ca, &e))?)
+                .map_err(|e| bad(&self.ca, &e))?;
+        }
+        let chain = CertificateDer::pem_file_iter(&self.cert)
+            .map_err(|e| bad(&self.cert, &e))?
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| bad(&self.cert, &e))?;
+        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|e| bad(&self.key, &e))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(&self.ca, &e))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| bad(&self.cert, &e))
+    }
+}
+
+/// `GET path` over HTTPS with a client certificate, from namespace `ns`; returns the body.
+/// The server's certificate must name `addr`'s IP address.
+pub fn https_get(
+    ns: &str,
+    addr: SocketAddrV4,
+    path: &str,
+    tls: &TlsClientFiles,
+    timeout: Duration,
+) -> Result<String> {
+    let req = http_request(addr, path);
+    let cfg = Arc::new(tls.client_config()?);
+    in_netns(ns, move || {
+        let io = |source| HarnessError::Net {
+            context: format!("HTTPS GET {addr}"),
+            source,
+        };
+        let server =
+            rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::V4(*addr.ip()).into());
+        let conn = rustls::ClientConnection::new(cfg, server).map_err(|e| HarnessError::Parse {
+            what: format!("TLS to {addr}"),
+            detail: e.to_string(),
+        })?;
+        let s = TcpStream::connect_timeout(&SocketAddr::V4(addr), timeout).map_err(io)?;
+        s.set_read_timeout(Some(timeout)).map_err(io)?;
+        s.set_write_timeout(Some(timeout)).map_err(io)?;
+        let mut tls = rustls::StreamOwned::new(conn, s);
+        tls.write_all(req.as_bytes()).map_err(io)?;
+        let mut buf = Vec::new();
+        match tls.read_to_end(&mut buf) {
+            Ok(_) => {}
+            // A server that closes without close_notify after the whole answer.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
+            Err(e) => return Err(io(e)),
+        }
+        http_body(addr, &req, &buf)
+    })
+}
+
+fn http_request(addr: SocketAddrV4, path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+}
+
+/// The body of a `200` answer to `req`, else the whole answer as the error.
+fn http_body(addr: SocketAddrV4, req: &str, answer: &[u8]) -> Result<String> {
+    let text = String::from_utf8_lossy(answer).into_owned();
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+        _ => Err(HarnessError::Parse {
+            what: format!("HTTP GET {addr}{}", req.lines().next().unwrap_or("")),
+            detail: text,
+        }),
+    }
 }
 
 /// A TCP server in a namespace: for each connection it records the peer address, reads the

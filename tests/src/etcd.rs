@@ -55,7 +55,7 @@ struct Member {
 }
 
 /// The members' `--election-timeout` (ms): give it to controllers as
-/// `--etcd-election-timeout`, which decides the smallest `--leader-ttl` they accept (2 s here).
+/// `--etcd-election-timeout`, which decides the smallest `--leader-ttl` they accept (3 s here).
 pub const ELECTION_TIMEOUT_MS: &str = "250";
 
 /// A running etcd cluster.

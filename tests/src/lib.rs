@@ -9,6 +9,7 @@
 //! Everything a harness starts is a tracked child killed by PID on drop (also while a test
 //! panics); names and directories are unique per instance; leftovers of dead runs are reaped.
 
+pub mod audit;
 pub mod bench;
 pub mod bins;
 pub mod cni;

@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use flowmesh_tests::cni::{
     add_pod_via_cni, invoke_cni, log_tail, start_shim, CniCall, CniOutcome, CniPod, NodeShim,
 };
-use flowmesh_tests::e2e::{
-    http_get, tcp_probe, ControllerOptions, LabController, TcpServer, METRICS_PORT,
-};
+use flowmesh_tests::e2e::{tcp_probe, ControllerOptions, LabController, TcpServer};
 use flowmesh_tests::tcp::tcp_transfer;
 use flowmesh_tests::NetnsLab;
 use serde_json::Value;
@@ -594,14 +592,9 @@ fn e2e_multitenant_isolation_gateway_nat_and_del() {
 
 /// The controller's /metrics text (fetched inside the controller namespace).
 fn metrics(c: &Cluster) -> String {
-    let addr = SocketAddrV4::new(c.lab.controller_ip(), METRICS_PORT);
-    http_get(
-        c.lab.controller_ns(),
-        addr,
-        "/metrics",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| c.fail(&format!("GET /metrics: {e}")))
+    c.ctl
+        .metrics_text(&c.lab)
+        .unwrap_or_else(|e| c.fail(&format!("GET /metrics: {e}")))
 }
 
 /// The value of an unlabelled metric.

@@ -25,9 +25,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use flowmesh_tests::cni::CniPod;
-use flowmesh_tests::e2e::{
-    http_get, tcp_probe, CniCluster, ControllerOptions, TcpServer, METRICS_PORT,
-};
+use flowmesh_tests::e2e::{tcp_probe, CniCluster, ControllerOptions, TcpServer};
 use flowmesh_tests::egress::{
     add_outside_host, failover, kill_node, revive_node, udp_source, underlay_addr, wait_for,
     Prober, UdpRecorder,
@@ -182,14 +180,7 @@ fn settle<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn metric(c: &CniCluster, name: &str) -> Option<f64> {
-    let addr = SocketAddrV4::new(c.lab.controller_ip(), METRICS_PORT);
-    let m = http_get(
-        c.lab.controller_ns(),
-        addr,
-        "/metrics",
-        Duration::from_secs(5),
-    )
-    .ok()?;
+    let m = c.ctl.metrics_text(&c.lab).ok()?;
     m.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())

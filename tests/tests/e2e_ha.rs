@@ -72,7 +72,7 @@ fn pod_traffic_survives_killing_the_leader() {
             "--etcd-election-timeout",
             flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
             "--leader-ttl",
-            "2",
+            "3",
         ]
         .map(String::from)
         .to_vec();

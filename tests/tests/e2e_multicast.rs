@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowmesh_tests::cni::CniPod;
-use flowmesh_tests::e2e::{http_get, CniCluster, ControllerOptions, METRICS_PORT};
+use flowmesh_tests::e2e::{CniCluster, ControllerOptions};
 use flowmesh_tests::egress::wait_for;
 use flowmesh_tests::tcp::{enter_netns, in_netns};
 
@@ -334,13 +334,7 @@ fn multicast_between_the_pods_of_a_project_with_real_packets() {
     // A window after the resync in which a late flow or group mod would be counted: that none
     // is sent is what is tested.
     std::thread::sleep(Duration::from_millis(300));
-    let metrics = http_get(
-        c.lab.controller_ns(),
-        SocketAddrV4::new(c.lab.controller_ip(), METRICS_PORT),
-        "/metrics",
-        Duration::from_secs(5),
-    )
-    .expect("metrics");
+    let metrics = c.ctl.metrics_text(&c.lab).expect("metrics");
     let mods: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("flowmesh_flow_mods_sent_total "))

@@ -73,7 +73,8 @@ fn pods_json(c: &CniCluster) -> String {
 fn node_certificates_are_restricted_to_their_node() {
     let c = CniCluster::start(&ControllerOptions::multitenant());
     c.ctl(&["namespace", "create", "ns1"]);
-    let _p = c.add_cni_pod(1, "ns1", "a");
+    let p = c.add_cni_pod(1, "ns1", "a");
+    let pod_ip = p.ip.to_string();
     let before = pods_json(&c);
     let url = format!("https://{}", c.ctl.grpc);
     let pki = c.ctl.pki.clone();
@@ -137,6 +138,39 @@ fn node_certificates_are_restricted_to_their_node() {
                     .map_err(|s| s.code()),
                 );
             }
+            // Another node's audit settings, and pod lookups claiming to be another node.
+            codes.push(
+                node.watch_audit(proto::node::WatchAuditRequest {
+                    node: "node1".into(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code()),
+            );
+            codes.push(
+                node.lookup_pods(proto::node::LookupPodsRequest {
+                    node: "node1".into(),
+                    ips: vec![pod_ip.clone()],
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code()),
+            );
+            // As itself it may name any pod its audit lines meet (pod a runs on node1).
+            let looked_up = node
+                .lookup_pods(proto::node::LookupPodsRequest {
+                    node: "node2".into(),
+                    ips: vec![pod_ip],
+                })
+                .await
+                .map(|r| {
+                    r.into_inner()
+                        .pods
+                        .into_iter()
+                        .map(|p| format!("{}/{}", p.namespace, p.name))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(|s| format!("{s:?}"));
             // A node certificate on the admin API.
             codes.push(
                 AdminClient::new(ch)
@@ -181,11 +215,12 @@ fn node_certificates_are_restricted_to_their_node() {
                 .await
                 .map(|r| r.into_inner().node)
                 .map_err(|s| format!("{s:?}"));
-            (codes, own)
+            (codes, own, looked_up)
         })
     });
-    let (codes, own) = codes;
-    assert_eq!(codes.len(), 8);
+    let (codes, own, looked_up) = codes;
+    assert_eq!(looked_up, Ok(vec!["ns1/a".to_string()]));
+    assert_eq!(codes.len(), 10);
     for (i, code) in codes.iter().enumerate() {
         assert_eq!(*code, Err(Code::PermissionDenied), "call #{i}");
     }

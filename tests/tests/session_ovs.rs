@@ -621,3 +621,161 @@ fn a_bundle_is_acknowledged_only_after_ovs_applied_it() {
         );
     }
 }
+
+/// Meters on real Open vSwitch: features, an add read back exactly (METER_CONFIG), and a
+/// second connection on the bridge's management socket with a controller id of its own,
+/// asking for NXT_PACKET_IN2: a `controller(id=7,userdata=..,meter_id=1)` flow's packets reach
+/// it (with the userdata and cookie) and never the id-0 connection, at most as many as the
+/// meter lets through; the meter's statistics account for every packet.
+#[test]
+fn meters_are_read_back_and_controller_id_packet_ins_reach_only_their_connection() {
+    use ofproto::message::nicira::{self, PacketIn2};
+    use ofproto::meter::{meter_flags as mf, MeterBand};
+    use ofproto::{Meter, MeterMod};
+    let rt = runtime();
+    let sbx = OvsSandbox::builder()
+        .bridge(BridgeSpec::new("br0", 0x2a).pod("p1", 3))
+        .start()
+        .expect("sandbox");
+    let _guard = rt.enter();
+    let sock = sbx.ovs().mgmt_socket("br0");
+    let (_main_conn, mut main_events) = Connector::start(
+        Target::Unix(sock.clone()),
+        SessionConfig::default(),
+        Backoff::default(),
+    );
+    let (main, _) = wait_ready(&rt, &mut main_events, Duration::from_secs(15));
+    let (_audit_conn, mut audit_events) = Connector::start(
+        Target::Unix(sock),
+        SessionConfig::default(),
+        Backoff::default(),
+    );
+    let (audit, _) = wait_ready(&rt, &mut audit_events, Duration::from_secs(15));
+    rt.block_on(audit.send_batch(vec![
+        nicira::set_controller_id(7),
+        nicira::set_packet_in_format_nxt2(),
+    ]))
+    .expect("controller id and packet-in format accepted");
+
+    let features = rt.block_on(main.meter_features()).expect("meter features");
+    assert!(features.max_meter > 0, "{features:?}");
+    let meter = Meter {
+        meter_id: 1,
+        flags: mf::PKTPS | mf::BURST | mf::STATS,
+        bands: vec![MeterBand::drop(5, 5)],
+    };
+    assert_eq!(features.refusal(&meter), None);
+    rt.block_on(main.send_batch(vec![Message::MeterMod(MeterMod::add(meter.clone()))]))
+        .expect("meter add");
+    assert_eq!(
+        rt.block_on(main.meter_config()).expect("meter config"),
+        vec![meter.clone()]
+    );
+    let dumped = sbx
+        .ofctl(&["-O", "OpenFlow13", "dump-meters", "br0"])
+        .expect("dump-meters");
+    assert!(
+        dumped.contains("meter=1 pktps burst stats bands=\ntype=drop rate=5 burst_size=5"),
+        "{dumped}"
+    );
+
+    let mut flow = Flow::new(0, 10, Match::new().in_port(3)).cookie(0x0905_0000_0000_0001);
+    flow = flow.apply(vec![Action::Controller {
+        max_len: u16::MAX,
+        controller_id: 7,
+        reason: 1,
+        userdata: vec![1, 2, 3],
+        pause: false,
+        meter_id: Some(1),
+        extended: false,
+    }]);
+    rt.block_on(main.flow_mod(FlowMod::add(flow)))
+        .expect("controller flow");
+
+    // 40 frames in one call: the datapath sees them within a millisecond or so, far faster
+    // than 5 per second.
+    let frame = "eth(src=0a:58:0a:80:00:03,dst=0a:58:0a:80:00:01),eth_type(0x0800),ipv4(src=10.128.0.3,dst=10.128.0.1,proto=17,tos=0,ttl=64,frag=no),udp(src=1000,dst=2000)";
+    let mut args = vec![
+        "netdev-dummy/receive".to_string(),
+        OvsSandbox::port_name("br0", "p1"),
+    ];
+    args.extend(std::iter::repeat_n(frame.to_string(), 40));
+    sbx.ovs().appctl(&args).expect("inject");
+
+    let first = wait_for(
+        &rt,
+        &mut audit_events,
+        Duration::from_secs(10),
+        |ev| match ev {
+            SessionEvent::Message { message, .. } => PacketIn2::from_message(&message),
+            _ => None,
+        },
+    )
+    .expect("a packet-in on the connection with controller id 7")
+    .expect("NXT_PACKET_IN2 decodes");
+    assert_eq!(first.userdata, vec![1, 2, 3]);
+    assert_eq!(
+        (first.table_id, first.cookie, first.reason),
+        (0, 0x0905_0000_0000_0001, 1)
+    );
+    assert_eq!(
+        first.packet.get(12..14),
+        Some(&[0x08, 0x00][..]),
+        "the frame itself"
+    );
+
+    // The meter saw all 40; what its band did not drop went to the controller id 7.
+    let stats = rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = main.meter_stats().await.expect("meter stats");
+            if s.first().is_some_and(|m| m.packet_in_count >= 40)
+                || tokio::time::Instant::now() > deadline
+            {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let m = stats.first().expect("meter 1 stats");
+    assert_eq!((m.meter_id, m.packet_in_count), (1, 40), "{stats:?}");
+    let dropped = m.band_stats.first().map(|b| b.0).unwrap_or(0);
+    let passed = 40 - dropped;
+    assert!(
+        dropped >= 20,
+        "the band dropped most of the burst: {stats:?}"
+    );
+    // Exactly `passed` packet-ins arrive at id 7 (one is already here), none at id 0.
+    let mut more = 1;
+    while more < passed {
+        wait_for(
+            &rt,
+            &mut audit_events,
+            Duration::from_secs(10),
+            |ev| match ev {
+                SessionEvent::Message { message, .. } => {
+                    PacketIn2::from_message(&message).map(|_| ())
+                }
+                _ => None,
+            },
+        )
+        .expect("every packet the meter passed reaches id 7");
+        more += 1;
+    }
+    // A barrier on each connection after the packets were metered: anything that was sent
+    // to a connection has been written to it before its barrier reply.
+    rt.block_on(audit.barrier()).expect("barrier");
+    rt.block_on(main.barrier()).expect("barrier");
+    while let Some(ev) = main_events.try_next() {
+        assert!(
+            !matches!(ev, SessionEvent::Message { .. }),
+            "the id-0 connection got {ev:?}"
+        );
+    }
+    while let Some(ev) = audit_events.try_next() {
+        assert!(
+            !matches!(ev, SessionEvent::Message { .. }),
+            "more packet-ins than the meter passed: {ev:?}"
+        );
+    }
+}

@@ -377,6 +377,26 @@ pub struct Trace {
     pub tunnels: Vec<TunnelHop>,
     /// Every `ct(table=..)` recirculation, in order: the state conntrack gave.
     pub conntrack: Vec<CtLookup>,
+    /// Every `controller(...)` action executed (the audit logging flows' copies to the node
+    /// shim), in order.
+    pub packet_ins: Vec<PacketInCopy>,
+}
+
+/// A copy of the packet a `controller(...)` action sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacketInCopy {
+    /// Node.
+    pub node: String,
+    /// Table of the flow that sent it.
+    pub table: u8,
+    /// Cookie of the flow that sent it.
+    pub cookie: u64,
+    /// The action's controller id.
+    pub controller_id: u16,
+    /// The action's userdata.
+    pub userdata: Vec<u8>,
+    /// The action's meter (None: unmetered).
+    pub meter_id: Option<u32>,
 }
 
 /// What one `ct(table=..)` recirculation gave a packet.
@@ -813,6 +833,23 @@ impl Simulator {
                     p.ct_zone = 0;
                     p.ct_mark = 0;
                 }
+            }
+            Action::Controller {
+                controller_id,
+                userdata,
+                meter_id,
+                ..
+            } => {
+                // A copy to the controller; the packet itself goes on.
+                let (table, cookie) = last.as_ref().map_or((0, 0), |s| (s.table, s.cookie));
+                t.packet_ins.push(PacketInCopy {
+                    node: self.nodes[n].node.name.clone(),
+                    table,
+                    cookie,
+                    controller_id: *controller_id,
+                    userdata: userdata.clone(),
+                    meter_id: *meter_id,
+                });
             }
             _ => {} // note, dec_ttl, ...: no effect on where the packet goes
         }

@@ -414,6 +414,7 @@ impl Admin for Fake {
                     last_error: String::new(),
                     unknown: false,
                     role: "master".into(),
+                    audit: "on".into(),
                 },
                 admin::Switch {
                     node: "node-2".into(),
@@ -427,6 +428,7 @@ impl Admin for Fake {
                     last_error: "OFPBAC_BAD_OUT_PORT".into(),
                     unknown: false,
                     role: String::new(),
+                    audit: "off: the switch has no meters".into(),
                 },
             ],
         }))
@@ -651,6 +653,13 @@ impl Admin for Fake {
     }
 
     async fn annotate_net_namespace(
+        &self,
+        _: Request<admin::AnnotateRequest>,
+    ) -> Result<Response<admin::AnnotateReply>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn annotate_namespace(
         &self,
         _: Request<admin::AnnotateRequest>,
     ) -> Result<Response<admin::AnnotateReply>, Status> {

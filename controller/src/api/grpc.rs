@@ -377,6 +377,7 @@ impl Admin for AdminService {
                 last_error: s.last_error.lock().map(|p| p.clone()).unwrap_or_default(),
                 unknown: s.unknown,
                 role: s.role.lock().map(|r| r.clone()).unwrap_or_default(),
+                audit: s.audit.lock().map(|a| a.clone()).unwrap_or_default(),
             })
             .collect();
         Ok(Response::new(pa::SwitchList { items }))
@@ -615,6 +616,17 @@ impl Admin for AdminService {
             changed,
         }))
     }
+
+    async fn annotate_namespace(
+        &self,
+        r: Request<pa::AnnotateRequest>,
+    ) -> Result<Response<pa::AnnotateReply>, Status> {
+        let (info, changed) = crate::resources::audit::annotate(&self.core, r.into_inner()).await?;
+        Ok(Response::new(pa::AnnotateReply {
+            netnamespace: Some(netns(&info)),
+            changed,
+        }))
+    }
 }
 
 /// Filtering lagged-receiver errors out of a broadcast stream.
@@ -845,5 +857,23 @@ impl NodeApi for NodeService {
         r: Request<pn::WatchEgressRequest>,
     ) -> Result<Response<Self::WatchEgressStream>, Status> {
         crate::api::egress_watch::watch(&self.core, r.into_inner().node).await
+    }
+
+    type WatchAuditStream = crate::api::audit_watch::SettingsStream;
+
+    async fn watch_audit(
+        &self,
+        r: Request<pn::WatchAuditRequest>,
+    ) -> Result<Response<Self::WatchAuditStream>, Status> {
+        crate::api::audit_watch::watch(&self.core, r.into_inner().node).await
+    }
+
+    async fn lookup_pods(
+        &self,
+        r: Request<pn::LookupPodsRequest>,
+    ) -> Result<Response<pn::LookupPodsReply>, Status> {
+        crate::api::audit_watch::lookup(&self.core, r.into_inner().ips)
+            .await
+            .map(Response::new)
     }
 }

@@ -254,4 +254,38 @@ impl NodeApi for NodeGuard {
         }
         self.inner.watch_egress(r).await
     }
+
+    type WatchAuditStream = crate::api::audit_watch::SettingsStream;
+
+    async fn watch_audit(
+        &self,
+        r: Request<pn::WatchAuditRequest>,
+    ) -> Result<Response<Self::WatchAuditStream>, Status> {
+        if let Some(me) = node_caller(&r)? {
+            if r.get_ref().node != me {
+                return Err(not_yours(
+                    &me,
+                    format!("watch the audit settings of node {:?}", r.get_ref().node),
+                ));
+            }
+        }
+        self.inner.watch_audit(r).await
+    }
+
+    /// Any node may learn which pods are behind the addresses its audit lines name (asking
+    /// as itself).
+    async fn lookup_pods(
+        &self,
+        r: Request<pn::LookupPodsRequest>,
+    ) -> Result<Response<pn::LookupPodsReply>, Status> {
+        if let Some(me) = node_caller(&r)? {
+            if r.get_ref().node != me {
+                return Err(not_yours(
+                    &me,
+                    format!("look pods up as node {:?}", r.get_ref().node),
+                ));
+            }
+        }
+        self.inner.lookup_pods(r).await
+    }
 }

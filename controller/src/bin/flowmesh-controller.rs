@@ -21,7 +21,9 @@ struct Args {
     #[arg(long)]
     print_flowmesh_crds: bool,
     /// YAML file with the cluster network config (clusterNetworks, serviceNetwork, mode,
-    /// vxlanPort, mtu). Without it the stored config, or the embedded default, is used.
+    /// vxlanPort, mtu) and optionally policyAuditConfig (rateLimit, maxFileSize, maxLogFiles,
+    /// destination, syslogFacility; re-read while running). Without it the stored config, or
+    /// the embedded default, is used.
     #[arg(long, env = "FLOWMESH_CONFIG")]
     config: Option<PathBuf>,
     /// Directory of the embedded state database.
@@ -189,7 +191,7 @@ struct Args {
     /// Seconds: the leader's lease (etcd lease TTL, or the Kubernetes Lease's
     /// leaseDurationSeconds). A leader that dies is replaced within about this long. On etcd
     /// it must outlast the election that follows the loss of etcd's raft leader: at least
-    /// 4 s with etcd's default --election-timeout (see --etcd-election-timeout).
+    /// 5 s with etcd's default --election-timeout (see --etcd-election-timeout).
     #[arg(long, default_value_t = 5)]
     leader_ttl: i64,
     /// Milliseconds: the --election-timeout the etcd members run with (etcd's default is
@@ -304,14 +306,19 @@ enum LogFormat {
     Json,
 }
 
-fn load_config(path: &PathBuf) -> Result<topology::ClusterNetworkConfig, String> {
+/// The `--config` file: the cluster network, `policyAuditConfig` if it has one, and its text.
+type ConfigFile = (
+    topology::ClusterNetworkConfig,
+    Option<topology::model::audit::AuditConfig>,
+    String,
+);
+
+fn load_config(path: &PathBuf) -> Result<ConfigFile, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-    let cfg: topology::ClusterNetworkConfig =
-        serde_yaml::from_str(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
-    cfg.validate()
+    let (cluster, audit) = controller::resources::audit::parse_config_file(&text)
         .map_err(|e| format!("--config {}: {e}", path.display()))?;
-    Ok(cfg)
+    Ok((cluster, audit, text))
 }
 
 fn seconds(flag: &str, v: f64) -> Result<Duration, String> {
@@ -432,8 +439,14 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> ExitCode {
     let json_logs = args.log_json || args.log_format == LogFormat::Json;
     let cfg = (|| -> Result<ServerConfig, String> {
+        let file = args.config.as_ref().map(load_config).transpose()?;
         Ok(ServerConfig {
-            cluster: args.config.as_ref().map(load_config).transpose()?,
+            cluster: file.as_ref().map(|(c, _, _)| c.clone()),
+            policy_audit: file.as_ref().and_then(|(_, a, _)| a.clone()),
+            config_file: args
+                .config
+                .clone()
+                .zip(file.as_ref().map(|(_, _, t)| t.clone())),
             data_dir: args.data_dir.clone(),
             openflow_listen: args.openflow_listen,
             openflow_insecure: args.openflow_insecure,

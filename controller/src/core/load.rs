@@ -220,6 +220,7 @@ mod tests {
             netid: 0,
             labels: Default::default(),
             multicast: false,
+            acl_logging: None,
         })
     }
 

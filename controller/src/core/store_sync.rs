@@ -277,6 +277,7 @@ mod tests {
             netid,
             labels: Default::default(),
             multicast: false,
+            acl_logging: None,
         }))
     }
 

@@ -32,6 +32,9 @@ pub struct SwitchStatus {
     pub unknown: bool,
     /// The OpenFlow role this replica holds on the switch ("" when none was requested).
     pub role: Mutex<String>,
+    /// Audit logging on this switch: "" (no namespace on it logs), "on", or "off: WHY" (the
+    /// switch cannot hold the audit meter).
+    pub audit: Mutex<String>,
 }
 
 impl SwitchStatus {

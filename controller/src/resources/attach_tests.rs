@@ -21,7 +21,7 @@ impl SwitchLink for RefusingSwitch {
         "refusing".into()
     }
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
-        Box::pin(async { Ok((Vec::new(), Vec::new())) })
+        Box::pin(async { Ok((Vec::new(), Vec::new(), Vec::new())) })
     }
     fn apply(&self, _: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
         Box::pin(async {

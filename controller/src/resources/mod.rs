@@ -6,10 +6,12 @@
 //! * [`egress_ip`]: HostSubnet/NetNamespace egress IPs;
 //! * [`egress_firewall`]: EgressNetworkPolicy and the DNS names it resolves;
 //! * [`multicast`]: the multicast annotation;
+//! * [`audit`]: network policy audit logging (`policyAuditConfig`, the acl-logging annotation);
 //! * [`apply`]: `apply -f`, every object of a manifest in one transaction;
 //! * [`cookies`]: the feature and object a flow's cookie names.
 
 pub mod apply;
+pub mod audit;
 pub mod cookies;
 pub mod egress_firewall;
 pub mod egress_ip;

@@ -45,7 +45,7 @@ impl SwitchLink for Scripted {
     }
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        Box::pin(async { Ok((Vec::new(), Vec::new())) })
+        Box::pin(async { Ok((Vec::new(), Vec::new(), Vec::new())) })
     }
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
         if let Ok(mut a) = self.applied.lock() {

@@ -211,6 +211,7 @@ mod tests {
             netid,
             labels: Default::default(),
             multicast: false,
+            acl_logging: None,
         })
     }
 

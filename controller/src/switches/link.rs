@@ -1,15 +1,16 @@
 //! What the reconciler needs from a switch connection, as a small trait: read what the switch
-//! holds, and apply a batch of changes atomically (one bundle closed by a barrier).
+//! holds, and apply a batch of changes atomically (one bundle closed by a barrier; meters,
+//! which Open vSwitch cannot bundle, just before and after it).
 
-use ofproto::{Flow, FlowMod, Group, GroupMod};
+use ofproto::{Flow, FlowMod, Group, GroupMod, Meter, MeterFeatures, MeterMod};
 use std::future::Future;
 use std::pin::Pin;
 
 /// A boxed future, so links can be used as trait objects.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a switch holds: its flows (all tables) and groups.
-pub type SwitchState = (Vec<Flow>, Vec<Group>);
+/// What a switch holds: its flows (all tables), groups and meters.
+pub type SwitchState = (Vec<Flow>, Vec<Group>, Vec<Meter>);
 
 /// One change to a switch's tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +19,9 @@ pub enum SwitchChange {
     Flow(FlowMod),
     /// A group add/modify/delete.
     Group(GroupMod),
+    /// A meter add/modify/delete. Open vSwitch refuses meter-mods in a bundle
+    /// (OFPBFC_MSG_UNSUP): adds and modifies go just before the bundle, deletes just after.
+    Meter(MeterMod),
 }
 
 /// Why a switch operation failed.
@@ -59,8 +63,14 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
         Box::pin(async { None })
     }
-    /// Every flow (all tables) and group the switch holds.
+    /// Every flow (all tables), group and meter the switch holds (no meters from a switch
+    /// that has none).
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
+    /// The switch's meter features; None when it answers no meter request (no meters). The
+    /// default: a link without meters.
+    fn meter_features(&self) -> LinkFuture<'_, Result<Option<MeterFeatures>, LinkError>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Apply a batch atomically; returns after the switch acknowledged it (barrier reply).
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>>;
     /// The switch's ports as (name, OpenFlow port number), as last reported by the switch
@@ -103,6 +113,9 @@ impl std::fmt::Display for SwitchChange {
             SwitchChange::Flow(fm) => write!(f, "flow {:?} {}", fm.command, fm.flow),
             SwitchChange::Group(gm) => {
                 write!(f, "group {:?} group_id={}", gm.command, gm.group.group_id)
+            }
+            SwitchChange::Meter(mm) => {
+                write!(f, "meter {:?} meter_id={}", mm.command, mm.meter.meter_id)
             }
         }
     }

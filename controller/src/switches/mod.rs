@@ -141,13 +141,29 @@ impl SwitchLink for SessionLink {
                     .await
                     .map_err(request_error)?;
                 let groups = self.handle.group_desc().await.map_err(request_error)?;
-                Ok((flows.into_iter().map(|s| s.flow).collect(), groups))
+                let meters = match self.handle.meter_config().await {
+                    Ok(m) => m,
+                    // A switch without meters refuses the request: it holds none.
+                    Err(RequestError::Refused { .. }) => Vec::new(),
+                    Err(e) => return Err(request_error(e)),
+                };
+                Ok((flows.into_iter().map(|s| s.flow).collect(), groups, meters))
             };
             match tokio::time::timeout(self.read_deadline, read).await {
                 Ok(r) => r,
                 Err(_) => Err(self
                     .stalled("the whole-table read", self.read_deadline)
                     .await),
+            }
+        })
+    }
+
+    fn meter_features(&self) -> LinkFuture<'_, Result<Option<ofproto::MeterFeatures>, LinkError>> {
+        Box::pin(async move {
+            match self.handle.meter_features().await {
+                Ok(f) => Ok(Some(f)),
+                Err(RequestError::Refused { .. }) => Ok(None),
+                Err(e) => Err(request_error(e)),
             }
         })
     }
@@ -168,34 +184,94 @@ impl SwitchLink for SessionLink {
 
     fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
         Box::pin(async move {
-            let messages: Vec<Message> = changes
+            // Meters cannot be bundled: the leading ones (adds, modifies) go first as a batch,
+            // the trailing ones (deletes) after the bundle.
+            let lead = changes
+                .iter()
+                .take_while(|c| matches!(c, SwitchChange::Meter(_)))
+                .count();
+            let mut rest = changes;
+            let mut body = rest.split_off(lead);
+            let before = rest;
+            let trail = body
+                .iter()
+                .rev()
+                .take_while(|c| matches!(c, SwitchChange::Meter(_)))
+                .count();
+            let after = body.split_off(body.len() - trail);
+            self.send_meters(before, 0).await?;
+            let messages: Vec<Message> = body
                 .into_iter()
                 .map(|c| match c {
                     SwitchChange::Flow(fm) => Message::FlowMod(fm),
                     SwitchChange::Group(gm) => Message::GroupMod(gm),
+                    SwitchChange::Meter(mm) => Message::MeterMod(mm),
                 })
                 .collect();
-            let deadline = self.read_deadline + Duration::from_millis(messages.len() as u64);
-            let sent = match tokio::time::timeout(deadline, self.handle.send_bundle(messages)).await
-            {
-                Ok(r) => r,
-                Err(_) => return Err(self.stalled("the bundle", deadline).await),
-            };
-            match sent {
-                Ok(()) => Ok(()),
-                Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
-                Err(BundleError::Refused {
-                    index,
-                    message,
-                    error,
-                }) => Err(LinkError::Refused {
-                    index,
-                    change: ofproto::session::error::describe(&message),
-                    error: ofproto::session::error::ErrorText(error).to_string(),
-                }),
-                Err(other) => Err(LinkError::Other(other.to_string())),
+            let n = messages.len();
+            if n > 0 {
+                self.send_bundle(messages, lead).await?;
             }
+            self.send_meters(after, lead + n).await
         })
+    }
+}
+
+impl SessionLink {
+    /// Meter-mods in order, closed by a barrier; a refusal names the meter (`base`: the index
+    /// of the first in the whole batch).
+    async fn send_meters(&self, meters: Vec<SwitchChange>, base: usize) -> Result<(), LinkError> {
+        if meters.is_empty() {
+            return Ok(());
+        }
+        let messages: Vec<Message> = meters
+            .into_iter()
+            .filter_map(|c| match c {
+                SwitchChange::Meter(mm) => Some(Message::MeterMod(mm)),
+                _ => None,
+            })
+            .collect();
+        match self.handle.send_batch(messages).await {
+            Ok(()) => Ok(()),
+            Err(ofproto::session::BatchError::Closed(c)) => {
+                Err(LinkError::Disconnected(c.to_string()))
+            }
+            Err(ofproto::session::BatchError::Refused(v)) => {
+                let first = v.into_iter().next();
+                Err(match first {
+                    Some(r) => LinkError::Refused {
+                        index: base + r.index,
+                        change: ofproto::session::error::describe(&r.message),
+                        error: ofproto::session::error::ErrorText(r.error).to_string(),
+                    },
+                    None => LinkError::Other("meter-mods refused".into()),
+                })
+            }
+        }
+    }
+
+    /// The flow and group changes as one bundle (`base`: the index of the first in the
+    /// whole batch).
+    async fn send_bundle(&self, messages: Vec<Message>, base: usize) -> Result<(), LinkError> {
+        let deadline = self.read_deadline + Duration::from_millis(messages.len() as u64);
+        let sent = match tokio::time::timeout(deadline, self.handle.send_bundle(messages)).await {
+            Ok(r) => r,
+            Err(_) => return Err(self.stalled("the bundle", deadline).await),
+        };
+        match sent {
+            Ok(()) => Ok(()),
+            Err(BundleError::Closed(c)) => Err(LinkError::Disconnected(c.to_string())),
+            Err(BundleError::Refused {
+                index,
+                message,
+                error,
+            }) => Err(LinkError::Refused {
+                index: base + index,
+                change: ofproto::session::error::describe(&message),
+                error: ofproto::session::error::ErrorText(error).to_string(),
+            }),
+            Err(other) => Err(LinkError::Other(other.to_string())),
+        }
     }
 }
 
@@ -312,6 +388,22 @@ mod tests {
         assert_eq!(*order.lock().expect("lock"), vec![0, 1, 2]);
         assert_eq!(l.available(), 2);
         assert_eq!(SyncLimiter::new(0).available(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_switch_that_refuses_meter_requests_has_no_meters() {
+        let fake = ofproto::testing::FakeSwitch::default();
+        let (handle, _rx, _switch) = fake
+            .connect(ofproto::session::SessionConfig::default(), 64 * 1024)
+            .await;
+        let link = SessionLink {
+            handle,
+            peer: "fake".into(),
+            limiter: SyncLimiter::new(1),
+            read_deadline: READ_DEADLINE,
+            cert_node: None,
+        };
+        assert_eq!(link.meter_features().await, Ok(None));
     }
 
     #[tokio::test]

@@ -1,9 +1,9 @@
-//! Turning a FlowDiff into the ordered batch one bundle carries: groups that flows will
-//! reference first, then flow deletes, adds and modifies, then the groups nothing references
-//! any more.
+//! Turning a FlowDiff into the ordered batch one bundle carries: meters and groups that flows
+//! will reference first, then flow deletes, adds and modifies, then the groups and meters
+//! nothing references any more.
 
 use crate::switches::link::SwitchChange;
-use ofproto::{FlowMod, GroupMod, GroupModCommand};
+use ofproto::{FlowMod, GroupMod, GroupModCommand, MeterMod};
 use topology::FlowDiff;
 
 /// The batch for a diff. Modifies are sent as OFPFC_ADD of the whole flow: in OpenFlow 1.3 a
@@ -18,6 +18,9 @@ pub fn plan(diff: FlowDiff) -> Vec<SwitchChange> {
         group_adds,
         group_modifies,
         group_deletes,
+        meter_adds,
+        meter_modifies,
+        meter_deletes,
     } = diff;
     let mut out = Vec::with_capacity(
         adds.len()
@@ -25,7 +28,20 @@ pub fn plan(diff: FlowDiff) -> Vec<SwitchChange> {
             + deletes.len()
             + group_adds.len()
             + group_modifies.len()
-            + group_deletes.len(),
+            + group_deletes.len()
+            + meter_adds.len()
+            + meter_modifies.len()
+            + meter_deletes.len(),
+    );
+    out.extend(
+        meter_adds
+            .into_iter()
+            .map(|m| SwitchChange::Meter(MeterMod::add(m))),
+    );
+    out.extend(
+        meter_modifies
+            .into_iter()
+            .map(|m| SwitchChange::Meter(MeterMod::modify(m))),
     );
     for group in group_adds {
         out.push(SwitchChange::Group(GroupMod {
@@ -57,6 +73,12 @@ pub fn plan(diff: FlowDiff) -> Vec<SwitchChange> {
             },
         }));
     }
+    // A delete names the meter only, as `ovs-ofctl del-meter` sends it.
+    out.extend(
+        meter_deletes
+            .into_iter()
+            .map(|m| SwitchChange::Meter(MeterMod::delete(m.meter_id))),
+    );
     out
 }
 
@@ -99,5 +121,35 @@ mod tests {
                 group: Group { group_id: 7, group_type: GroupType::All, buckets },
             }) if buckets.is_empty()
         ));
+    }
+
+    #[test]
+    fn meters_come_first_and_their_deletes_last() {
+        use ofproto::{Meter, MeterBand, MeterModCommand};
+        let m = |id| Meter {
+            meter_id: id,
+            flags: 6,
+            bands: vec![MeterBand::drop(20, 20)],
+        };
+        let f = Flow::new(80, 181, Match::new().in_port(3));
+        let d = FlowDiff {
+            adds: vec![f],
+            meter_adds: vec![m(1)],
+            meter_modifies: vec![m(2)],
+            meter_deletes: vec![m(3)],
+            ..Default::default()
+        };
+        let p = plan(d);
+        let kinds: Vec<String> = p
+            .iter()
+            .map(|c| match c {
+                SwitchChange::Meter(mm) => format!("{:?}{}", mm.command, mm.meter.meter_id),
+                SwitchChange::Flow(_) => "flow".into(),
+                SwitchChange::Group(_) => "group".into(),
+            })
+            .collect();
+        assert_eq!(kinds, ["Add1", "Modify2", "flow", "Delete3"]);
+        assert!(matches!(&p[3], SwitchChange::Meter(mm)
+            if mm.command == MeterModCommand::Delete && mm.meter.bands.is_empty()));
     }
 }

@@ -87,6 +87,9 @@ pub struct Reconciler {
     standby_acks: Vec<(Ack, Instant)>,
     /// The pause before the next read-back for `standby_acks` (grows while they wait).
     standby_check: Duration,
+    /// The meter features of the connection (by conn_id) as last read; None inside: the switch
+    /// has no meters.
+    meter_features: Option<(u64, Option<ofproto::MeterFeatures>)>,
 }
 
 /// When a reconciler audits first: between half and the whole of `interval` after it starts,
@@ -140,6 +143,7 @@ impl Reconciler {
             role_held: None,
             standby_acks: Vec::new(),
             standby_check: STANDBY_CHECK,
+            meter_features: None,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -244,7 +248,7 @@ impl Reconciler {
                         self.status.node
                     ))),
                     Some((_, _, link)) => match read_in_turn(link.as_ref()).await {
-                        Ok((f, g)) => Ok(FlowSet::new(f, g)),
+                        Ok((f, g, m)) => Ok(FlowSet::new(f, g).with_meters(m)),
                         Err(e) => Err(ApiError::Unavailable(format!(
                             "reading the switch of node {}: {e}",
                             self.status.node
@@ -370,7 +374,10 @@ impl Reconciler {
             return;
         };
         let holds = match read_in_turn(link.as_ref()).await {
-            Ok((f, g)) => FlowSet::diff(&FlowSet::new(f, g), &self.desired).is_empty(),
+            Ok((f, g, m)) => match self.effective_desired(link.as_ref()).await {
+                Ok(want) => FlowSet::diff(&FlowSet::new(f, g).with_meters(m), &want).is_empty(),
+                Err(_) => false,
+            },
             Err(_) => false,
         };
         if holds {
@@ -450,24 +457,25 @@ impl Reconciler {
         if self.status.unknown {
             return self.reset_unknown(link).await;
         }
+        let desired = self.effective_desired(link).await?;
         let mut turn = None;
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
                 turn = Some(link.turn().await);
-                let (f, g) = link.read_state().await?;
-                FlowSet::new(f, g)
+                let (f, g, m) = link.read_state().await?;
+                FlowSet::new(f, g).with_meters(m)
             }
         };
         // The diff phase: not the read-back above, which is the switch's time.
         let mut t_diff = Instant::now();
-        let mut diff = FlowSet::diff(&installed, &self.desired);
+        let mut diff = FlowSet::diff(&installed, &desired);
         if !diff.is_empty() && turn.is_none() {
             // Wait for the turn without the diff (it is redone after: the inputs are ours).
             drop(diff);
             turn = Some(link.turn().await);
             t_diff = Instant::now();
-            diff = FlowSet::diff(&installed, &self.desired);
+            diff = FlowSet::diff(&installed, &desired);
         }
         if diff.is_empty() {
             self.status
@@ -488,6 +496,7 @@ impl Reconciler {
             modifies = diff.modifies.len(),
             deletes = diff.deletes.len(),
             group_changes = diff.group_adds.len() + diff.group_modifies.len() + diff.group_deletes.len(),
+            meter_changes = diff.meter_adds.len() + diff.meter_modifies.len() + diff.meter_deletes.len(),
             "syncing switch"
         );
         let batch = plan(diff);
@@ -503,9 +512,60 @@ impl Reconciler {
         self.metrics.flow_mods_sent.inc_by(n);
         self.status
             .installed_flows
-            .store(self.desired.len() as u64, Ordering::Relaxed);
-        self.installed = Some(self.desired.clone());
+            .store(desired.len() as u64, Ordering::Relaxed);
+        self.installed = Some(desired);
         Ok(())
+    }
+
+    /// What this switch gets: the desired state, or, on a switch that cannot hold its meters,
+    /// the desired state without them and without the flows that use them (audit logging is
+    /// then off there; the pipeline is otherwise whole). The switch's meter features are read
+    /// once per connection.
+    async fn effective_desired(&mut self, link: &dyn SwitchLink) -> Result<FlowSet, LinkError> {
+        if self.desired.meters().is_empty() {
+            self.set_audit_status(String::new());
+            return Ok(self.desired.clone());
+        }
+        let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
+        let features = match &self.meter_features {
+            Some((c, f)) if *c == conn_id => *f,
+            _ => {
+                let f = link.meter_features().await?;
+                self.meter_features = Some((conn_id, f));
+                f
+            }
+        };
+        let refusal = match features {
+            None => Some("the switch answers no meter request (it has no meters)".to_string()),
+            Some(f) => self.desired.meters().iter().find_map(|m| f.refusal(m)),
+        };
+        match refusal {
+            None => {
+                self.set_audit_status("on".into());
+                Ok(self.desired.clone())
+            }
+            Some(why) => {
+                let text = format!(
+                    "audit logging is off on this switch: {why}; it needs an OpenFlow meter to rate-limit the audit packet-ins (Open vSwitch's userspace datapath, or a kernel datapath with meter support)"
+                );
+                if self.set_audit_status(format!("off: {why}")) {
+                    tracing::error!(node = %self.status.node, "{text}");
+                    self.status.set_error(&text);
+                }
+                Ok(self.desired.without_meters())
+            }
+        }
+    }
+
+    /// Show the audit-logging state of this switch; true when it changed.
+    fn set_audit_status(&self, text: String) -> bool {
+        match self.status.audit.lock() {
+            Ok(mut a) if *a != text => {
+                *a = text;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -576,11 +636,193 @@ async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
 
 #[cfg(test)]
 mod tests {
-    use super::audit_offset;
-    use std::time::Duration;
+    use super::*;
+    use crate::switches::link::{LinkFuture, SwitchChange, SwitchState};
+    use ofproto::meter::meter_flags;
+    use ofproto::{
+        Action, Flow, FlowModCommand, Match, Meter, MeterBand, MeterFeatures, MeterModCommand,
+    };
+    use std::sync::Mutex;
+
+    /// A switch held in memory: it applies what it is sent and counts the changes.
+    #[derive(Default)]
+    struct MemorySwitch {
+        state: Mutex<(Vec<Flow>, Vec<Meter>)>,
+        sent: Mutex<Vec<SwitchChange>>,
+        meters: Option<MeterFeatures>,
+    }
+
+    impl SwitchLink for MemorySwitch {
+        fn peer(&self) -> String {
+            "memory".into()
+        }
+        fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
+            let (f, m) = self.state.lock().expect("state").clone();
+            Box::pin(async move { Ok((f, Vec::new(), m)) })
+        }
+        fn meter_features(&self) -> LinkFuture<'_, Result<Option<MeterFeatures>, LinkError>> {
+            let f = self.meters;
+            Box::pin(async move { Ok(f) })
+        }
+        fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
+            let mut st = self.state.lock().expect("state");
+            for c in &changes {
+                match c {
+                    SwitchChange::Flow(fm) => {
+                        st.0.retain(|f| topology::pipeline::flowset::key_cmp(f, &fm.flow).is_ne());
+                        if fm.command == FlowModCommand::Add {
+                            st.0.push(fm.flow.clone());
+                        }
+                    }
+                    SwitchChange::Meter(mm) => {
+                        st.1.retain(|m| m.meter_id != mm.meter.meter_id);
+                        if mm.command != MeterModCommand::Delete {
+                            st.1.push(mm.meter.clone());
+                        }
+                    }
+                    SwitchChange::Group(_) => {}
+                }
+            }
+            self.sent.lock().expect("sent").extend(changes);
+            Box::pin(async { Ok(()) })
+        }
+        fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    fn ovs_meters() -> Option<MeterFeatures> {
+        Some(MeterFeatures {
+            max_meter: 262_144,
+            band_types: 2,
+            capabilities: 0xf,
+            max_bands: 8,
+            max_color: 0,
+        })
+    }
+
+    /// A pipeline with one audit flow using meter 1, and a plain flow.
+    fn desired(rate: u32) -> FlowSet {
+        let logged = Flow::new(80, 181, Match::new().in_port(3)).apply(vec![Action::Controller {
+            max_len: u16::MAX,
+            controller_id: 0xf10e,
+            reason: 1,
+            userdata: vec![1],
+            pause: false,
+            meter_id: Some(1),
+            extended: false,
+        }]);
+        let plain = Flow::new(80, 180, Match::new().in_port(3));
+        FlowSet::new(vec![logged, plain], Vec::new()).with_meters(vec![Meter {
+            meter_id: 1,
+            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
+            bands: vec![MeterBand::drop(rate, rate)],
+        }])
+    }
+
+    /// Start a reconciler on `switch` with `want`, and wait for its first sync's ack.
+    async fn synced(switch: Arc<MemorySwitch>, want: FlowSet) -> ReconcilerHandle {
+        let h = Reconciler::spawn(
+            "node-1",
+            false,
+            FlowSet::default(),
+            Duration::from_secs(3600),
+            Arc::new(Metrics::default()),
+            &crate::ha::Leadership::alone(),
+        );
+        h.tx.send(ReconcileCmd::Connected {
+            conn_id: 1,
+            dpid: 1,
+            link: switch,
+        })
+        .expect("connected");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: want,
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        h
+    }
+
+    #[tokio::test]
+    async fn meters_go_first_and_a_restart_with_nothing_changed_sends_nothing() {
+        let switch = Arc::new(MemorySwitch {
+            meters: ovs_meters(),
+            ..Default::default()
+        });
+        let h = synced(switch.clone(), desired(20)).await;
+        let sent: Vec<SwitchChange> = std::mem::take(&mut *switch.sent.lock().expect("sent"));
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        assert!(matches!(&sent[0], SwitchChange::Meter(mm) if mm.command == MeterModCommand::Add));
+        assert_eq!(h.status.audit.lock().expect("audit").as_str(), "on");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+
+        // A restarted controller (a new reconciler) against the same switch: nothing sent.
+        let h = synced(switch.clone(), desired(20)).await;
+        assert!(switch.sent.lock().expect("sent").is_empty());
+        assert_eq!(h.status.mods_sent.load(Ordering::Relaxed), 0);
+
+        // A new rate is one meter modify and nothing else.
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(50),
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        let sent = switch.sent.lock().expect("sent").clone();
+        assert!(
+            matches!(&sent[..], [SwitchChange::Meter(mm)]
+                if mm.command == MeterModCommand::Modify && mm.meter.bands[0].rate == 50),
+            "{sent:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_switch_without_meters_gets_the_pipeline_without_audit_flows_and_says_why() {
+        let switch = Arc::new(MemorySwitch::default()); // answers no meter request
+        let h = synced(switch.clone(), desired(20)).await;
+        let (flows, meters) = switch.state.lock().expect("state").clone();
+        assert!(meters.is_empty());
+        assert_eq!(flows.len(), 1, "only the flow without a meter: {flows:?}");
+        assert_eq!(flows[0].priority, 180);
+        let audit = h.status.audit.lock().expect("audit").clone();
+        assert!(audit.starts_with("off: "), "{audit}");
+        let err = h.status.last_error.lock().expect("error").clone();
+        assert!(
+            err.contains("audit logging is off") && err.contains("meter"),
+            "{err}"
+        );
+        assert!(h.status.synced.load(Ordering::Relaxed));
+        // The next sync finds nothing to do and counts no second error.
+        let errors = h.status.errors.load(Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(20),
+            ack: Some(Ack {
+                tx,
+                require_connected: true,
+            }),
+        })
+        .expect("desired");
+        rx.await.expect("answered").expect("synced");
+        assert_eq!(h.status.errors.load(Ordering::Relaxed), errors);
+        assert_eq!(switch.sent.lock().expect("sent").len(), 1);
+    }
 
     #[test]
     fn audits_are_spread_over_the_second_half_of_the_interval() {
+        use super::audit_offset;
         let i = Duration::from_secs(30);
         let offsets: std::collections::BTreeSet<_> = (0..100)
             .map(|n| audit_offset(&format!("node-{n}"), i))

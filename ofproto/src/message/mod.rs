@@ -11,6 +11,7 @@ mod error;
 mod hello;
 mod modify;
 mod multipart;
+pub mod nicira;
 mod print;
 mod switch;
 
@@ -175,6 +176,8 @@ pub enum Message {
     FlowMod(FlowMod),
     /// OFPT_GROUP_MOD.
     GroupMod(GroupMod),
+    /// OFPT_METER_MOD.
+    MeterMod(crate::meter::MeterMod),
     /// OFPT_TABLE_MOD.
     TableMod(TableMod),
     /// OFPT_MULTIPART_REQUEST.
@@ -199,8 +202,8 @@ pub enum Message {
     BundleControl(BundleControl),
     /// ONF bundle add (experimenter ONF, exp_type 2301).
     BundleAdd(BundleAdd),
-    /// An OpenFlow 1.3 message type flowmesh does not model (PORT_MOD, METER_MOD, queue
-    /// config), kept as its exact body.
+    /// An OpenFlow 1.3 message type flowmesh does not model (PORT_MOD, queue config), kept
+    /// as its exact body.
     Unknown {
         /// OFPT_* type.
         msg_type: u8,
@@ -232,6 +235,7 @@ impl Message {
             Message::PacketOut(_) => PACKET_OUT,
             Message::FlowMod(_) => FLOW_MOD,
             Message::GroupMod(_) => GROUP_MOD,
+            Message::MeterMod(_) => METER_MOD,
             Message::TableMod(_) => TABLE_MOD,
             Message::MultipartRequest(_) => MULTIPART_REQUEST,
             Message::MultipartReply(_) => MULTIPART_REPLY,
@@ -307,6 +311,7 @@ impl Message {
             Message::PacketOut(p) => p.encode(w),
             Message::FlowMod(f) => modify::encode_flow_mod(f, w),
             Message::GroupMod(g) => modify::encode_group_mod(g, w),
+            Message::MeterMod(mm) => mm.encode(w),
             Message::TableMod(t) => t.encode(w),
             Message::MultipartRequest(m) => m.encode(w),
             Message::MultipartReply(m) => m.encode(w),
@@ -353,12 +358,11 @@ impl Message {
             GET_ASYNC_REQUEST => empty(&r, Message::GetAsyncRequest)?,
             GET_ASYNC_REPLY => Message::GetAsyncReply(AsyncConfig::decode(&mut r)?),
             SET_ASYNC => Message::SetAsync(AsyncConfig::decode(&mut r)?),
-            PORT_MOD | QUEUE_GET_CONFIG_REQUEST | QUEUE_GET_CONFIG_REPLY | METER_MOD => {
-                Message::Unknown {
-                    msg_type: header.msg_type,
-                    body: body.to_vec(),
-                }
-            }
+            METER_MOD => Message::MeterMod(crate::meter::MeterMod::decode(&mut r)?),
+            PORT_MOD | QUEUE_GET_CONFIG_REQUEST | QUEUE_GET_CONFIG_REPLY => Message::Unknown {
+                msg_type: header.msg_type,
+                body: body.to_vec(),
+            },
             other => return Err(DecodeError::BadType(other)),
         };
         Ok(msg)

@@ -13,6 +13,7 @@ use super::switch::{end, Port, PORT_LEN};
 use super::{read_str, write_str};
 use crate::error::DecodeError;
 use crate::flow::{Flow, Group, GroupType};
+use crate::meter::{Meter, MeterFeatures, MeterStats};
 use crate::oxm::Match;
 use crate::wire::{Reader, Writer};
 
@@ -36,6 +37,12 @@ pub mod mp_type {
     pub const GROUP_DESC: u16 = 7;
     /// Group features.
     pub const GROUP_FEATURES: u16 = 8;
+    /// Meter statistics.
+    pub const METER: u16 = 9;
+    /// Meter configuration.
+    pub const METER_CONFIG: u16 = 10;
+    /// Meter features.
+    pub const METER_FEATURES: u16 = 11;
     /// Port description.
     pub const PORT_DESC: u16 = 13;
 }
@@ -127,6 +134,12 @@ pub enum MultipartRequestBody {
     GroupDesc,
     /// OFPMP_GROUP_FEATURES (no body).
     GroupFeatures,
+    /// OFPMP_METER for one meter (`meter_id::ALL` = all).
+    Meter(u32),
+    /// OFPMP_METER_CONFIG for one meter (`meter_id::ALL` = all).
+    MeterConfig(u32),
+    /// OFPMP_METER_FEATURES (no body).
+    MeterFeatures,
     /// OFPMP_PORT_DESC (no body).
     PortDesc,
     /// Any other multipart type, kept raw.
@@ -165,6 +178,9 @@ impl MultipartRequest {
             Group(_) => mp_type::GROUP,
             GroupDesc => mp_type::GROUP_DESC,
             GroupFeatures => mp_type::GROUP_FEATURES,
+            Meter(_) => mp_type::METER,
+            MeterConfig(_) => mp_type::METER_CONFIG,
+            MeterFeatures => mp_type::METER_FEATURES,
             PortDesc => mp_type::PORT_DESC,
             Unknown { mp_type, .. } => *mp_type,
         }
@@ -181,16 +197,18 @@ impl MultipartRequest {
             mp_type::FLOW => MultipartRequestBody::Flow(FlowStatsRequest::decode(r)?),
             mp_type::AGGREGATE => MultipartRequestBody::Aggregate(FlowStatsRequest::decode(r)?),
             mp_type::TABLE => empty(r, MultipartRequestBody::Table)?,
-            mp_type::PORT_STATS | mp_type::GROUP => {
+            mp_type::PORT_STATS | mp_type::GROUP | mp_type::METER | mp_type::METER_CONFIG => {
                 let id = r.u32(ctx)?;
                 r.skip(4, ctx)?;
                 end(r, ctx)?;
-                if t == mp_type::GROUP {
-                    MultipartRequestBody::Group(id)
-                } else {
-                    MultipartRequestBody::PortStats(id)
+                match t {
+                    mp_type::GROUP => MultipartRequestBody::Group(id),
+                    mp_type::METER => MultipartRequestBody::Meter(id),
+                    mp_type::METER_CONFIG => MultipartRequestBody::MeterConfig(id),
+                    _ => MultipartRequestBody::PortStats(id),
                 }
             }
+            mp_type::METER_FEATURES => empty(r, MultipartRequestBody::MeterFeatures)?,
             mp_type::GROUP_DESC => empty(r, MultipartRequestBody::GroupDesc)?,
             mp_type::GROUP_FEATURES => empty(r, MultipartRequestBody::GroupFeatures)?,
             mp_type::PORT_DESC => empty(r, MultipartRequestBody::PortDesc)?,
@@ -208,9 +226,9 @@ impl MultipartRequest {
         w.put_zeros(4);
         use MultipartRequestBody::*;
         match &self.body {
-            Desc | Table | GroupDesc | GroupFeatures | PortDesc => {}
+            Desc | Table | GroupDesc | GroupFeatures | MeterFeatures | PortDesc => {}
             Flow(f) | Aggregate(f) => f.encode(w),
-            PortStats(id) | Group(id) => {
+            PortStats(id) | Group(id) | Meter(id) | MeterConfig(id) => {
                 w.put_u32(*id);
                 w.put_zeros(4);
             }
@@ -444,6 +462,12 @@ pub enum MultipartReplyBody {
     GroupDesc(Vec<Group>),
     /// OFPMP_GROUP_FEATURES.
     GroupFeatures(GroupFeatures),
+    /// OFPMP_METER.
+    Meter(Vec<MeterStats>),
+    /// OFPMP_METER_CONFIG.
+    MeterConfig(Vec<Meter>),
+    /// OFPMP_METER_FEATURES.
+    MeterFeatures(MeterFeatures),
     /// OFPMP_PORT_DESC.
     PortDesc(Vec<Port>),
     /// Any other multipart type, kept raw.
@@ -487,6 +511,9 @@ impl MultipartReply {
             Group(_) => mp_type::GROUP,
             GroupDesc(_) => mp_type::GROUP_DESC,
             GroupFeatures(_) => mp_type::GROUP_FEATURES,
+            Meter(_) => mp_type::METER,
+            MeterConfig(_) => mp_type::METER_CONFIG,
+            MeterFeatures(_) => mp_type::METER_FEATURES,
             PortDesc(_) => mp_type::PORT_DESC,
             Unknown { mp_type, .. } => *mp_type,
         }
@@ -636,6 +663,15 @@ impl MultipartReply {
                 end(r, c)?;
                 MultipartReplyBody::GroupFeatures(g)
             }
+            mp_type::METER => MultipartReplyBody::Meter(MeterStats::decode_all(r)?),
+            mp_type::METER_CONFIG => {
+                MultipartReplyBody::MeterConfig(crate::meter::decode_meter_configs(r)?)
+            }
+            mp_type::METER_FEATURES => {
+                let f = MeterFeatures::decode(r)?;
+                end(r, "ofp_meter_features")?;
+                MultipartReplyBody::MeterFeatures(f)
+            }
             mp_type::PORT_DESC => {
                 let mut v = Vec::new();
                 while !r.is_empty() {
@@ -731,6 +767,9 @@ impl MultipartReply {
                 g.max_groups.iter().for_each(|x| w.put_u32(*x));
                 g.actions.iter().for_each(|x| w.put_u32(*x));
             }
+            Meter(v) => v.iter().for_each(|m| m.encode(w)),
+            MeterConfig(v) => crate::meter::encode_meter_configs(v, w),
+            MeterFeatures(f) => f.encode(w),
             PortDesc(v) => v.iter().for_each(|p| p.encode(w)),
             Unknown { body, .. } => w.put_slice(body),
         }

@@ -179,6 +179,7 @@ fn msg_name(msg: &Message) -> String {
         Message::PacketOut(_) => "OFPT_PACKET_OUT",
         Message::FlowMod(_) => "OFPT_FLOW_MOD",
         Message::GroupMod(_) => "OFPT_GROUP_MOD",
+        Message::MeterMod(_) => "OFPT_METER_MOD",
         Message::TableMod(_) => "OFPT_TABLE_MOD",
         Message::MultipartRequest(m) => return format!("{} request", mp_name(m.mp_type())),
         Message::MultipartReply(m) => return format!("{} reply", mp_name(m.mp_type())),
@@ -196,7 +197,6 @@ fn msg_name(msg: &Message) -> String {
                 16 => "OFPT_PORT_MOD".into(),
                 22 => "OFPT_QUEUE_GET_CONFIG_REQUEST".into(),
                 23 => "OFPT_QUEUE_GET_CONFIG_REPLY".into(),
-                29 => "OFPT_METER_MOD".into(),
                 t => format!("OFPT_UNKNOWN_{t}"),
             }
         }
@@ -413,6 +413,27 @@ fn render_body(s: &mut String, msg: &Message, xid: u32) -> Result<(), &'static s
                 GroupModCommand::Unknown(c) => format!("cmd:{c}"),
             };
             let _ = writeln!(s, "\n {cmd} {}", group_text(&gm.group));
+        }
+        Message::MeterMod(mm) => {
+            use crate::meter::MeterModCommand as C;
+            let cmd = match mm.command {
+                C::Add => "ADD".to_string(),
+                C::Modify => "MOD".to_string(),
+                C::Delete => "DEL".to_string(),
+                C::Unknown(c) => format!("cmd:{c}"),
+            };
+            let _ = write!(s, " {cmd} ");
+            if mm.command == C::Delete {
+                // OVS decodes only the id of a delete.
+                let m = crate::meter::Meter {
+                    meter_id: mm.meter.meter_id,
+                    flags: 0,
+                    bands: Vec::new(),
+                };
+                meter_config_text(s, &m);
+            } else {
+                meter_config_text(s, &mm.meter);
+            }
         }
         Message::TableMod(t) => {
             if t.table_id == crate::flow::TABLE_ALL {
@@ -832,6 +853,11 @@ fn ovs_decode_error(msg: &Message) -> Option<&'static str> {
         Message::FlowMod(fm) => flow_mod_refusal(fm),
         Message::GroupMod(gm) => group_mod_refusal(gm),
         Message::BundleAdd(b) => bundle_add_refusal(b),
+        Message::MeterMod(mm) => meter_mod_refusal(mm),
+        Message::MultipartReply(m) => match &m.body {
+            MultipartReplyBody::MeterConfig(v) => v.iter().find_map(|m| bands_refusal(&m.bands)),
+            _ => None,
+        },
         Message::MultipartRequest(m) => match &m.body {
             MultipartRequestBody::Flow(r) | MultipartRequestBody::Aggregate(r)
                 if ofp11_port(r.out_port).is_err() =>
@@ -903,6 +929,111 @@ fn group_mod_refusal(gm: &crate::flow::GroupMod) -> Option<&'static str> {
     None
 }
 
+/// `ofputil_decode_meter_mod` (OVS 3.1): the command, then (not for a delete) the flags and
+/// the bands.
+fn meter_mod_refusal(mm: &crate::meter::MeterMod) -> Option<&'static str> {
+    use crate::meter::{meter_flags, MeterModCommand as C};
+    match mm.command {
+        C::Unknown(_) => Some("OFPMMFC_BAD_COMMAND"),
+        C::Delete => None,
+        C::Add | C::Modify => {
+            let f = mm.meter.flags;
+            if f & meter_flags::KBPS != 0 && f & meter_flags::PKTPS != 0 {
+                return Some("OFPMMFC_BAD_FLAGS");
+            }
+            bands_refusal(&mm.meter.bands)
+        }
+    }
+}
+
+/// `ofputil_pull_bands`: every band 16 bytes long, of type drop or dscp_remark.
+fn bands_refusal(bands: &[crate::meter::MeterBand]) -> Option<&'static str> {
+    use crate::meter::BandKind;
+    for b in bands {
+        match &b.kind {
+            BandKind::Drop | BandKind::DscpRemark { .. } => {}
+            BandKind::Experimenter { .. } => return Some("OFPMMFC_BAD_BAND"),
+            BandKind::Unknown { body, .. } if body.len() != 4 => return Some("OFPBRC_BAD_LEN"),
+            BandKind::Unknown { .. } => return Some("OFPMMFC_BAD_BAND"),
+        }
+    }
+    None
+}
+
+/// `ofputil_format_meter_id`: a number, or the reserved id's name.
+fn meter_id_text(id: u32, sep: char) -> String {
+    use crate::meter::meter_id;
+    let name = match id {
+        id if id <= meter_id::MAX => return format!("meter{sep}{id}"),
+        meter_id::SLOWPATH => "slowpath",
+        meter_id::CONTROLLER => "controller",
+        meter_id::ALL => "all",
+        _ => "unknown",
+    };
+    format!("meter{sep}{name}")
+}
+
+/// `ofputil_format_meter_config`: `meter=1 pktps burst stats bands=` and one line per band.
+fn meter_config_text(s: &mut String, m: &crate::meter::Meter) {
+    use crate::meter::{meter_flags as mf, BandKind};
+    let _ = write!(s, "{} ", meter_id_text(m.meter_id, '='));
+    for (bit, name) in [
+        (mf::KBPS, "kbps"),
+        (mf::PKTPS, "pktps"),
+        (mf::BURST, "burst"),
+        (mf::STATS, "stats"),
+    ] {
+        if m.flags & bit != 0 {
+            let _ = write!(s, "{name} ");
+        }
+    }
+    let rest = m.flags & !(mf::KBPS | mf::PKTPS | mf::BURST | mf::STATS);
+    if rest != 0 {
+        let _ = write!(s, "flags:{rest:#x} ");
+    }
+    s.push_str("bands=");
+    for b in &m.bands {
+        s.push_str("\ntype=");
+        match &b.kind {
+            BandKind::Drop => s.push_str("drop"),
+            BandKind::DscpRemark { .. } => s.push_str("dscp_remark"),
+            _ => {
+                let _ = write!(s, "{}", b.band_type());
+            }
+        }
+        let _ = write!(s, " rate={}", b.rate);
+        if m.flags & mf::BURST != 0 {
+            let _ = write!(s, " burst_size={}", b.burst_size);
+        }
+        if let BandKind::DscpRemark { prec_level } = b.kind {
+            let _ = write!(s, " prec_level={prec_level}");
+        }
+    }
+    s.push('\n');
+}
+
+/// `ofp_print_bit_names`: the named bits, then the others as one hex number ("0": none).
+fn bit_names(bits: u32, name: impl Fn(u32) -> Option<&'static str>) -> String {
+    if bits == 0 {
+        return "0".into();
+    }
+    let mut parts = Vec::new();
+    let mut rest = bits;
+    for i in 0..32 {
+        let bit = 1u32 << i;
+        if bits & bit != 0 {
+            if let Some(n) = name(bit) {
+                parts.push(n.to_string());
+                rest &= !bit;
+            }
+        }
+    }
+    if rest != 0 {
+        parts.push(format!("{rest:#x}"));
+    }
+    parts.join(" ")
+}
+
 /// `ofp_print_stats`: the multipart flags (OpenFlow 1.3 allows "more" on requests too).
 fn mp_flags(s: &mut String, flags: u16) {
     if flags == 0 {
@@ -923,6 +1054,10 @@ fn render_mp_request(s: &mut String, body: &MultipartRequestBody) {
         Desc | Table | GroupFeatures => s.push('\n'),
         PortDesc => s.push_str(" port=ANY\n"),
         GroupDesc => s.push_str(" group_id=ALL\n"),
+        MeterFeatures => s.push('\n'),
+        Meter(id) | MeterConfig(id) => {
+            let _ = write!(s, " {}", meter_id_text(*id, '='));
+        }
         Flow(r) | Aggregate(r) => {
             // ofp_print_flow_stats_request: cookie and out_group are decoded, not printed.
             if r.table_id != crate::flow::TABLE_ALL {
@@ -1078,6 +1213,49 @@ fn render_mp_reply(s: &mut String, body: &MultipartReplyBody) -> Result<(), &'st
             for g in v {
                 let _ = write!(s, "\n {}", group_text(g));
             }
+        }
+        MeterConfig(v) => {
+            for m in v {
+                s.push('\n');
+                meter_config_text(s, m);
+            }
+        }
+        Meter(v) => {
+            for m in v {
+                let _ = write!(
+                    s,
+                    "\n{} flow_count:{} packet_in_count:{} byte_in_count:{} duration:{}s bands:\n",
+                    meter_id_text(m.meter_id, ':'),
+                    m.flow_count,
+                    m.packet_in_count,
+                    m.byte_in_count,
+                    duration(m.duration_sec, m.duration_nsec)
+                );
+                for (i, (p, b)) in m.band_stats.iter().enumerate() {
+                    let _ = writeln!(s, "{i}: packet_count:{p} byte_count:{b}");
+                }
+            }
+        }
+        MeterFeatures(f) => {
+            let _ = write!(
+                s,
+                "\nmax_meter:{} max_bands:{} max_color:{}\nband_types: {}\ncapabilities: {}\n",
+                f.max_meter,
+                f.max_bands,
+                f.max_color,
+                bit_names(f.band_types, |b| match b {
+                    2 => Some("drop"),
+                    4 => Some("dscp_remark"),
+                    _ => None,
+                }),
+                bit_names(f.capabilities, |b| match b {
+                    1 => Some("kbps"),
+                    2 => Some("pktps"),
+                    4 => Some("burst"),
+                    8 => Some("stats"),
+                    _ => None,
+                })
+            );
         }
         GroupFeatures(g) => {
             let _ = write!(

@@ -73,6 +73,10 @@ pub fn describe(msg: &Message) -> String {
             "GROUP_MOD {:?} group_id={} type={:?}",
             gm.command, gm.group.group_id, gm.group.group_type
         ),
+        Message::MeterMod(mm) => format!(
+            "METER_MOD {:?} meter={} flags={:#x} bands={:?}",
+            mm.command, mm.meter.meter_id, mm.meter.flags, mm.meter.bands
+        ),
         Message::RoleRequest(r) => format!(
             "ROLE_REQUEST role={:?} generation_id={}",
             r.role, r.generation_id

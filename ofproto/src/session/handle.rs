@@ -292,6 +292,58 @@ impl SwitchHandle {
         Ok(groups)
     }
 
+    /// Reads every meter's configuration (OFPMP_METER_CONFIG).
+    pub async fn meter_config(&self) -> Result<Vec<crate::meter::Meter>, RequestError> {
+        let mut meters = Vec::new();
+        let all = crate::meter::meter_id::ALL;
+        for part in self
+            .multipart(MultipartRequestBody::MeterConfig(all))
+            .await?
+        {
+            match part {
+                MultipartReplyBody::MeterConfig(v) => meters.extend(v),
+                other => {
+                    return Err(RequestError::Unexpected(format!(
+                        "meter config request answered with {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(meters)
+    }
+
+    /// Reads every meter's statistics (OFPMP_METER).
+    pub async fn meter_stats(&self) -> Result<Vec<crate::meter::MeterStats>, RequestError> {
+        let mut stats = Vec::new();
+        let all = crate::meter::meter_id::ALL;
+        for part in self.multipart(MultipartRequestBody::Meter(all)).await? {
+            match part {
+                MultipartReplyBody::Meter(v) => stats.extend(v),
+                other => {
+                    return Err(RequestError::Unexpected(format!(
+                        "meter stats request answered with {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Reads the switch's meter features (OFPMP_METER_FEATURES).
+    pub async fn meter_features(&self) -> Result<crate::meter::MeterFeatures, RequestError> {
+        match self
+            .multipart(MultipartRequestBody::MeterFeatures)
+            .await?
+            .into_iter()
+            .next()
+        {
+            Some(MultipartReplyBody::MeterFeatures(f)) => Ok(f),
+            other => Err(RequestError::Unexpected(format!(
+                "meter features request answered with {other:?}"
+            ))),
+        }
+    }
+
     /// Requests a role; returns the switch's ROLE_REPLY. A stale generation id comes back as
     /// [`RequestError::Refused`] with OFPRRFC_STALE.
     pub async fn role_request(

@@ -1,6 +1,7 @@
 //! flowmesh-bench subcommands, one module each; `flowmesh-bench SUBCOMMAND [ARGS]`.
 
 pub mod attach;
+pub mod audit;
 pub mod churn;
 pub mod compute;
 pub mod egressfw;

@@ -74,7 +74,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         kills: arg_value(args, "--kills", 10)?,
         switches: arg_value(args, "--switches", 3)?,
         replicas: arg_value(args, "--replicas", 3)?,
-        leader_ttl: arg_value(args, "--leader-ttl", 2)?,
+        leader_ttl: arg_value(args, "--leader-ttl", 3)?,
     };
     if s.replicas < 2 {
         return Err("--replicas: at least 2 (a leader and a standby)".into());

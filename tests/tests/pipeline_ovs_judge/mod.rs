@@ -142,6 +142,8 @@ pub struct NodeVerdict {
     path: Vec<String>,
     /// Outputs, sorted; empty = dropped.
     outs: Vec<Out>,
+    /// The `controller(...)` copies made (audit logging), in order: `id=N,userdata=XX.XX..`.
+    logged: Vec<String>,
     /// Cookies of the `conj_id` flows matched, in order. Not part of the verdict: when a packet
     /// completes several conjunctions of one priority (two policies allowing it), which one
     /// Open vSwitch re-looks up is unspecified (ovs-fields(7), "Conjunctive flows must not
@@ -151,7 +153,13 @@ pub struct NodeVerdict {
 
 impl NodeVerdict {
     fn agrees(&self, other: &NodeVerdict) -> bool {
-        self.path == other.path && self.outs == other.outs
+        self.path == other.path && self.outs == other.outs && self.logged == other.logged
+    }
+
+    /// The copies to a controller this node made.
+    #[allow(dead_code)] // not every test binary using the judge logs
+    pub fn logged(&self) -> &[String] {
+        &self.logged
     }
 }
 
@@ -205,7 +213,47 @@ fn sim_verdict(t: &topology::Trace, node: &str, conj_flows: &ConjFlows) -> NodeV
             }),
     );
     outs.sort();
-    NodeVerdict { path, outs, conj }
+    let logged = t
+        .packet_ins
+        .iter()
+        .filter(|c| c.node == node)
+        .map(|c| logged_text(c.controller_id, &c.userdata))
+        .collect();
+    NodeVerdict {
+        path,
+        outs,
+        conj,
+        logged,
+    }
+}
+
+/// A controller copy as both judges describe it.
+fn logged_text(id: u16, userdata: &[u8]) -> String {
+    let hex: Vec<String> = userdata.iter().map(|b| format!("{b:02x}")).collect();
+    format!("id={id},userdata={}", hex.join("."))
+}
+
+/// The controller copy an `ofproto/trace` action line made (`controller(max_len=128,id=N,
+/// userdata=XX.XX,meter_id=1)`), if it is one.
+fn logged_in_trace(action: &str) -> Option<String> {
+    let inner = action
+        .trim()
+        .strip_prefix("controller(")?
+        .strip_suffix(')')?;
+    let mut id = 0u16;
+    let mut userdata = Vec::new();
+    for part in inner.split(',') {
+        if let Some(v) = part.strip_prefix("id=") {
+            id = v.parse().ok()?;
+        } else if let Some(v) = part.strip_prefix("userdata=") {
+            userdata = v
+                .split('.')
+                .map(|b| u8::from_str_radix(b, 16))
+                .collect::<Result<_, _>>()
+                .ok()?;
+        }
+    }
+    Some(logged_text(id, &userdata))
 }
 
 /// `"ip,nw_dst=10.1.0.0/16, priority 100, cookie 0x1"` -> (100, 1); no cookie -> 0.
@@ -246,6 +294,8 @@ fn ovs_verdict(t: &flowmesh_tests::Trace, bridge: &str) -> NodeVerdict {
         .collect();
     let mut outs: Vec<Out> = t
         .outputs_on(bridge)
+        // A copy to a controller is judged as `logged` (with its id and userdata).
+        .filter(|o| o.port != P::Controller)
         .map(|o| match (&o.port, &o.tunnel) {
             (P::Port(1), tunnel) => {
                 let tunnel = tunnel.clone().unwrap_or_default();
@@ -260,7 +310,18 @@ fn ovs_verdict(t: &flowmesh_tests::Trace, bridge: &str) -> NodeVerdict {
         })
         .collect();
     outs.sort();
-    NodeVerdict { path, outs, conj }
+    let logged = t
+        .steps
+        .iter()
+        .filter(|s| s.bridge == bridge)
+        .flat_map(|s| s.actions.iter().filter_map(|a| logged_in_trace(a)))
+        .collect();
+    NodeVerdict {
+        path,
+        outs,
+        conj,
+        logged,
+    }
 }
 
 fn mac_text(m: [u8; 6]) -> String {

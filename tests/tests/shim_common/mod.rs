@@ -166,6 +166,26 @@ impl NodeApi for Fake {
     ) -> Result<Response<Self::WatchEgressStream>, Status> {
         Err(Status::unimplemented("the fake node API has no egress IPs"))
     }
+
+    type WatchAuditStream = tonic::codegen::BoxStream<proto::node::AuditSettings>;
+
+    async fn watch_audit(
+        &self,
+        _: Request<proto::node::WatchAuditRequest>,
+    ) -> Result<Response<Self::WatchAuditStream>, Status> {
+        Err(Status::unimplemented(
+            "the fake node API has no audit logging",
+        ))
+    }
+
+    async fn lookup_pods(
+        &self,
+        _: Request<proto::node::LookupPodsRequest>,
+    ) -> Result<Response<proto::node::LookupPodsReply>, Status> {
+        Err(Status::unimplemented(
+            "the fake node API has no audit logging",
+        ))
+    }
 }
 
 /// A running fake node API; stopped on drop.

@@ -89,6 +89,9 @@ pub struct NamespaceInfo {
     /// The multicast annotation is `true` (see `multicast`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub multicast: bool,
+    /// What the namespace's `k8s.ovn.org/acl-logging` annotation logs (see `audit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl_logging: Option<audit::AclLogging>,
 }
 
 /// A pod attached to a node.
@@ -278,6 +281,9 @@ pub enum ModelError {
     /// An egress-IP request is invalid.
     #[error(transparent)]
     Egress(#[from] EgressError),
+    /// The audit settings are invalid.
+    #[error("{0}")]
+    AuditConfig(String),
     /// An EgressNetworkPolicy is refused.
     #[error(transparent)]
     EgressFirewall(#[from] EgressFirewallError),
@@ -326,6 +332,7 @@ struct NamespaceEntry {
     vertex: NodeIndex,
     labels: Labels,
     multicast: bool,
+    acl_logging: Option<audit::AclLogging>,
     /// The `policy_epoch` at which a policy of this namespace last came, went or was stamped.
     policies_stamp: u64,
 }
@@ -337,6 +344,7 @@ impl NamespaceEntry {
             netid: self.netid,
             labels: self.labels.clone(),
             multicast: self.multicast,
+            acl_logging: self.acl_logging,
         }
     }
 }
@@ -515,6 +523,12 @@ pub struct ClusterModel {
     pod_version: u64,
     /// Namespaces with the multicast annotation set.
     multicast_namespaces: usize,
+    /// Namespaces with audit logging on.
+    logged_namespaces: usize,
+    /// The audit settings.
+    audit: audit::AuditConfig,
+    /// Bumped by every change of audit logging (see `audit`).
+    audit_epoch: u64,
 }
 
 impl ClusterModel {
@@ -545,6 +559,9 @@ impl ClusterModel {
             netid_changes: 0,
             pod_version: 0,
             multicast_namespaces: 0,
+            logged_namespaces: 0,
+            audit: audit::AuditConfig::default(),
+            audit_epoch: 0,
         })
     }
 
@@ -596,6 +613,7 @@ impl ClusterModel {
     }
 }
 
+pub mod audit;
 pub mod egress_firewall;
 mod egress_ip;
 pub mod labels;

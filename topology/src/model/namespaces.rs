@@ -41,6 +41,7 @@ impl ClusterModel {
                 netid,
                 labels: Labels::new(),
                 multicast: false,
+                acl_logging: None,
             },
             affected,
         ))
@@ -66,6 +67,7 @@ impl ClusterModel {
                 vertex: v,
                 labels: Labels::new(),
                 multicast: false,
+                acl_logging: None,
                 policies_stamp: self.policy_epoch,
             },
         );
@@ -97,6 +99,9 @@ impl ClusterModel {
             self.namespace_epoch += 1;
             if e.multicast {
                 self.multicast_namespaces -= 1;
+            }
+            if e.acl_logging.is_some() {
+                self.logged_namespaces -= 1;
             }
             if self.is_policy_mode() && !self.policies.is_empty() {
                 // Its NETID leaves the peers of every namespace selector that matched it.

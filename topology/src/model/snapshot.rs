@@ -123,6 +123,9 @@ impl ClusterModel {
             if ns.multicast {
                 m.set_multicast(&ns.name, true)?;
             }
+            if ns.acl_logging.is_some() {
+                m.set_acl_logging(&ns.name, ns.acl_logging)?;
+            }
         }
         for r in &s.pods {
             let p = &r.info;

@@ -59,7 +59,7 @@ impl ClusterModel {
         self.delete_node(name)
     }
 
-    /// Make namespace `ns.name` exactly `ns` (NETID, labels, multicast).
+    /// Make namespace `ns.name` exactly `ns` (NETID, labels, multicast, audit logging).
     pub fn sync_namespace(&mut self, ns: &NamespaceInfo) -> Result<Affected, ModelError> {
         if ns.netid > NETID_MAX {
             return Err(ModelError::BadNetId {
@@ -101,6 +101,7 @@ impl ClusterModel {
         }
         affected.merge(self.set_namespace_labels(&ns.name, ns.labels.clone())?);
         affected.merge(self.set_multicast(&ns.name, ns.multicast)?);
+        affected.merge(self.set_acl_logging(&ns.name, ns.acl_logging)?);
         Ok(affected)
     }
 

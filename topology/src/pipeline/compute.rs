@@ -8,7 +8,8 @@
 //! * its *NETID* part (multitenant): one flow per NETID of its pods, built once per NETID and
 //!   shared by every node with a pod of it;
 //! * its *policy* run (networkpolicy mode): tables 27 and 80, rebuilt when a policy, a label
-//!   or a pod changes (see `netpol`);
+//!   or a pod changes (see `netpol`), with the logging flows of namespaces that log and then
+//!   the bridge's audit meter (see `audit`);
 //! * its *egress-IP* run (table 101) and groups, computed from the egress plan (see `egress_ip`);
 //! * its *multicast* run and groups (tables 110, 111, 120; see `multicast`), rebuilt on every
 //!   call (it is empty unless a NETID with a local pod has multicast);
@@ -214,7 +215,7 @@ impl Pipeline {
             cache.multicast = Arc::from([]);
         }
         groups.sort_by_key(|g| g.group_id);
-        let firewall = self.firewall.node_runs(model, node)?;
+        let (firewall, firewall_audit) = self.firewall.node_runs(model, node)?;
         let mesh = self.mesh(model)?;
         let own = mesh.index.get(node).copied();
         let whole = |r: &SharedRun| FlowSet::from_chain(vec![(r.clone(), 0..r.len())]);
@@ -237,7 +238,12 @@ impl Pipeline {
             };
             parts.push(FlowSet::from_chain(pieces));
         }
-        let out = FlowSet::merge(parts, groups);
+        let mut out = FlowSet::merge(parts, groups);
+        if self.policies.node_has_audit(node) || firewall_audit {
+            // The logging flows' meter: on the bridges that have some, at the configured rate.
+            let rate = model.audit_config().rate_limit;
+            out = out.with_meters(vec![super::audit::audit_meter(rate)]);
+        }
         self.nodes.insert(node.to_string(), cache);
         Ok(out)
     }

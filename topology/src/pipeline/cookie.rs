@@ -45,6 +45,9 @@ pub enum Feature {
     EgressIp = 0x07,
     /// Multicast (reserved).
     Multicast = 0x08,
+    /// Audit logging of NetworkPolicy verdicts (tables 27, 80): the logging twin of a verdict
+    /// flow, with the verdict flow's kind and object.
+    Audit = 0x09,
     /// The pipeline version marker (table 253).
     Version = 0x0f,
 }

@@ -17,15 +17,32 @@
 //! the priorities of the others; the limit is the 33 prefix lengths, which the scheme always
 //! fits. A DNS name's addresses are `/32` prefixes of its rule; when they change, only their
 //! flows change.
+//!
+//! **Audit logging.** In networkpolicy mode a namespace with `k8s.ovn.org/acl-logging` gets,
+//! for each rule flow whose verdict it logs, a logging twin: the same match plus
+//! `ct_state=-trk` and `tun_src=0.0.0.0`, at `AuditFirewall + prefix length`, with a metered
+//! copy to the shim (`EF:NAMESPACE:RULE-INDEX`) before the rule's own verdict.
+//! * `-trk` is "a new connection" here: table 0 tracks every IP packet, and table 30 commits
+//!   the `+new` ones with a `ct(commit)` that does not recirculate, after which Open vSwitch
+//!   clears the packet's conntrack fields; established packets and replies reach table 100
+//!   still `+trk`. (Multitenant mode tracks nothing, so it gets no twins.)
+//! * `tun_src=0.0.0.0`: not relayed over VXLAN. An egress-IP node judges relayed traffic
+//!   again, but the pod's own node has already judged and logged it.
+//! * All twins lie above all rule flows and keep their longest-prefix order among
+//!   themselves, so a new connection meets the same first matching rule as before, now
+//!   logged; every other packet meets the rule flows.
 
+use super::audit::{audit_cookie, AuditTag, Verdict};
 use super::builder::{FlowBuilder, PipelineError};
 use super::cookie::{self, Feature, ObjectKind};
 use super::flowset::{key_cmp, SharedRun};
 use super::priority::Band;
 use super::regs;
 use super::tables::TableId;
+use crate::model::audit::AclLogging;
 use crate::model::{ClusterModel, EgressAction, EgressFirewall, EgressTo, FirewallPlan};
 use crate::Ipv4Cidr;
+use ofproto::oxm::ct_state::TRK;
 use ofproto::oxm::eth_type::IPV4;
 use ofproto::{Flow, Match};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -102,11 +119,19 @@ pub fn effective_prefixes<'a>(
     out
 }
 
-/// The table-100 flows of `netid` under `plan`, sorted.
+/// The reference an audit line gives an egress firewall rule: `EF:NAMESPACE:INDEX`, the index
+/// of the rule in `spec.egress` (from 0).
+pub fn rule_reference(namespace: &str, rule: usize) -> String {
+    format!("EF:{namespace}:{rule}")
+}
+
+/// The table-100 flows of `netid` under `plan`, sorted; with `logging` (what the firewall's
+/// namespace logs, networkpolicy mode only) the logging twins of the rules it logs.
 pub fn netid_firewall_flows<'a>(
     netid: u32,
     plan: &FirewallPlan,
     addrs: impl Fn(&str) -> Option<&'a BTreeSet<Ipv4Addr>>,
+    logging: Option<AclLogging>,
 ) -> Result<Vec<Flow>, PipelineError> {
     let base = Match::new().eth_type(IPV4).reg(regs::REG_SRC_NETID, netid);
     let mut v = Vec::new();
@@ -133,6 +158,30 @@ pub fn netid_firewall_flows<'a>(
                 } else {
                     base.clone().ipv4_dst(p.prefix.network(), p.prefix.prefix())
                 };
+                let (verdict, severity) = match p.action {
+                    EgressAction::Allow => (Verdict::Allow, logging.and_then(|l| l.allow)),
+                    EgressAction::Deny => (Verdict::Drop, logging.and_then(|l| l.deny)),
+                };
+                if let Some(severity) = severity {
+                    let tag = AuditTag {
+                        verdict,
+                        direction: "egress",
+                        severity,
+                        reference: rule_reference(&fw.namespace, p.rule),
+                    };
+                    let b = FlowBuilder::new(
+                        TableId::EgressFirewall,
+                        Band::AuditFirewall,
+                        audit_cookie(ck),
+                    )
+                    .raise(p.prefix.prefix() as u16)
+                    .matching(m.clone().ct_state(0, TRK).tun_src(Ipv4Addr::UNSPECIFIED))
+                    .action(tag.action());
+                    v.push(match p.action {
+                        EgressAction::Allow => b.goto(TableId::EgressIp).build()?,
+                        EgressAction::Deny => b.build()?,
+                    });
+                }
                 let b = FlowBuilder::new(TableId::EgressFirewall, Band::PerObject, ck)
                     .raise(p.prefix.prefix() as u16)
                     .matching(m);
@@ -152,30 +201,43 @@ pub fn netid_firewall_flows<'a>(
 struct Inputs {
     plan: FirewallPlan,
     addrs: Vec<Option<BTreeSet<Ipv4Addr>>>,
+    logging: Option<AclLogging>,
 }
 
 fn inputs_of(model: &ClusterModel, plan: FirewallPlan) -> Inputs {
-    let addrs = match &plan {
-        FirewallPlan::Rules(fw) => fw
-            .dns_names()
-            .map(|n| model.egress_dns_addresses(n).cloned())
-            .collect(),
-        _ => Vec::new(),
+    let (addrs, logging) = match &plan {
+        FirewallPlan::Rules(fw) => (
+            fw.dns_names()
+                .map(|n| model.egress_dns_addresses(n).cloned())
+                .collect(),
+            // Only networkpolicy mode tracks every packet (t0), which the twins need.
+            model
+                .is_policy_mode()
+                .then(|| model.acl_logging(&fw.namespace))
+                .flatten(),
+        ),
+        _ => (Vec::new(), None),
     };
-    Inputs { plan, addrs }
+    Inputs {
+        plan,
+        addrs,
+        logging,
+    }
 }
 
 #[derive(Debug)]
 struct Entry {
     inputs: Inputs,
     run: SharedRun,
+    /// Whether the run holds logging flows (its nodes need the audit meter).
+    audit: bool,
 }
 
 /// Per-NETID table-100 runs, rebuilt only when the NETID's firewall or one of its names'
 /// addresses changed. Every node holding a NETID's flows shares the same run.
 #[derive(Debug, Default)]
 pub struct FirewallCache {
-    epoch: Option<(u64, u64, u64)>,
+    epoch: Option<((u64, u64, u64), u64)>,
     /// The NETIDs with flows in table 100, and what they must do.
     plans: BTreeMap<u32, FirewallPlan>,
     runs: HashMap<u32, Entry>,
@@ -183,7 +245,7 @@ pub struct FirewallCache {
 
 impl FirewallCache {
     fn refresh(&mut self, model: &ClusterModel) -> Result<(), PipelineError> {
-        let epoch = model.egress_firewall_epoch();
+        let epoch = (model.egress_firewall_epoch(), model.audit_epoch());
         if self.epoch == Some(epoch) {
             return Ok(());
         }
@@ -195,12 +257,21 @@ impl FirewallCache {
             if self.runs.get(netid).is_some_and(|e| e.inputs == inputs) {
                 continue;
             }
-            let flows = netid_firewall_flows(*netid, plan, |n| model.egress_dns_addresses(n))?;
+            let flows = netid_firewall_flows(
+                *netid,
+                plan,
+                |n| model.egress_dns_addresses(n),
+                inputs.logging,
+            )?;
+            let audit = flows
+                .iter()
+                .any(|f| cookie::decode(f.cookie).feature == Feature::Audit as u8);
             self.runs.insert(
                 *netid,
                 Entry {
                     inputs,
                     run: Arc::from(flows),
+                    audit,
                 },
             );
         }
@@ -220,22 +291,26 @@ impl FirewallCache {
             .collect())
     }
 
-    /// The runs a node holds: those of the NETIDs of its pods.
+    /// The runs a node holds (those of the NETIDs of its pods and of the egress IPs it
+    /// hosts), and whether any of them logs.
     pub fn node_runs(
         &mut self,
         model: &ClusterModel,
         node: &str,
-    ) -> Result<Vec<SharedRun>, PipelineError> {
+    ) -> Result<(Vec<SharedRun>, bool), PipelineError> {
         self.refresh(model)?;
         if self.plans.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let netids: BTreeSet<u32> = model
             .egress_firewall_netids(node)
             .into_iter()
             .filter(|n| self.plans.contains_key(n))
             .collect();
-        self.runs_for(model, netids)
+        let audit = netids
+            .iter()
+            .any(|n| self.runs.get(n).is_some_and(|e| e.audit));
+        Ok((self.runs_for(model, netids)?, audit))
     }
 }
 
@@ -361,8 +436,9 @@ mod tests {
         ]));
         let addrs: BTreeSet<Ipv4Addr> =
             [Ipv4Addr::new(10, 2, 0, 1), Ipv4Addr::new(192, 0, 2, 7)].into();
-        let flows = netid_firewall_flows(42, &FirewallPlan::Rules(f.clone()), |_| Some(&addrs))
-            .expect("flows");
+        let flows =
+            netid_firewall_flows(42, &FirewallPlan::Rules(f.clone()), |_| Some(&addrs), None)
+                .expect("flows");
         let text: Vec<(u16, String)> = flows
             .iter()
             .map(|f| (f.priority, format!("{:?}", f.matches)))
@@ -463,8 +539,9 @@ mod tests {
         let mut b = (*a).clone();
         b.rules[4000].to = EgressTo::Cidr("192.168.7.0/24".parse().expect("c"));
         b.rules.insert(10, b.rules[20].clone());
-        let fa = netid_firewall_flows(9, &FirewallPlan::Rules(a), |_| None).expect("a");
-        let fb = netid_firewall_flows(9, &FirewallPlan::Rules(Arc::new(b)), |_| None).expect("b");
+        let fa = netid_firewall_flows(9, &FirewallPlan::Rules(a), |_| None, None).expect("a");
+        let fb =
+            netid_firewall_flows(9, &FirewallPlan::Rules(Arc::new(b)), |_| None, None).expect("b");
         let sa = crate::FlowSet::new(fa, vec![]);
         let sb = crate::FlowSet::new(fb, vec![]);
         let d = crate::FlowSet::diff(&sa, &sb);

@@ -1,8 +1,8 @@
 //! `FlowSet`: one switch's flows (sorted by table, priority descending, normalized match; keys
-//! unique) and groups, stored as slices of shared, pre-sorted runs so that flows identical on
+//! unique), groups and meters, stored as slices of shared, pre-sorted runs so that flows identical on
 //! many nodes are built and held once. `FlowSet::diff` gives the minimal change between two.
 
-use ofproto::{Flow, Group};
+use ofproto::{Flow, Group, Meter};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -186,17 +186,22 @@ fn leads(c: &Chain, idx: usize, heap: &BinaryHeap<Head>) -> bool {
 /// A sorted, shared run of flows (the unit of sharing between FlowSets).
 pub type SharedRun = Arc<[Flow]>;
 
-/// The desired (or installed) flows and groups of one switch.
+/// The desired (or installed) flows, groups and meters of one switch.
 #[derive(Clone, Debug, Default)]
 pub struct FlowSet {
     runs: Vec<Run>,
     groups: Arc<[Group]>,
+    /// By id.
+    meters: Arc<[Meter]>,
     len: usize,
 }
 
 impl PartialEq for FlowSet {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && self.groups == other.groups && self.iter().eq(other.iter())
+        self.len == other.len
+            && self.groups == other.groups
+            && self.meters == other.meters
+            && self.iter().eq(other.iter())
     }
 }
 impl Eq for FlowSet {}
@@ -237,6 +242,7 @@ impl FlowSet {
                 FlowSet {
                     runs: vec![Run::new(flows, start, end)],
                     groups: Arc::from([]),
+                    meters: Arc::from([]),
                     len: end - start,
                 }
             })
@@ -268,6 +274,7 @@ impl FlowSet {
         FlowSet {
             runs,
             groups: Arc::from([]),
+            meters: Arc::from([]),
             len,
         }
     }
@@ -370,6 +377,7 @@ impl FlowSet {
         FlowSet {
             runs,
             groups: Arc::from(groups),
+            meters: Arc::from([]),
             len,
         }
     }
@@ -460,6 +468,7 @@ impl FlowSet {
         FlowSet {
             runs,
             groups: self.groups.clone(),
+            meters: self.meters.clone(),
             len: flows.len(),
         }
     }
@@ -469,9 +478,47 @@ impl FlowSet {
         self.len
     }
 
-    /// Whether there are no flows and no groups.
+    /// Whether there are no flows, groups or meters.
     pub fn is_empty(&self) -> bool {
-        self.len == 0 && self.groups.is_empty()
+        self.len == 0 && self.groups.is_empty() && self.meters.is_empty()
+    }
+
+    /// This set with `meters` (one per id: of two with the same id the last wins).
+    pub fn with_meters(mut self, meters: Vec<Meter>) -> Self {
+        let mut meters = meters;
+        meters.reverse();
+        meters.sort_by_key(|m| m.meter_id); // stable: the last given comes first
+        meters.dedup_by_key(|m| m.meter_id);
+        self.meters = Arc::from(meters);
+        self
+    }
+
+    /// The meters, by id.
+    pub fn meters(&self) -> &[Meter] {
+        &self.meters
+    }
+
+    /// This set without its meters and without the flows that use one of them (a meter
+    /// instruction, or a `controller(meter_id=..)` action): what a switch that cannot hold
+    /// the meters gets instead.
+    pub fn without_meters(&self) -> FlowSet {
+        if self.meters.is_empty() {
+            return self.clone();
+        }
+        let ids: Vec<u32> = self.meters.iter().map(|m| m.meter_id).collect();
+        let uses_meter = |f: &Flow| {
+            f.instructions.iter().any(|i| match i {
+                ofproto::Instruction::Meter(m) => ids.contains(m),
+                ofproto::Instruction::ApplyActions(a) | ofproto::Instruction::WriteActions(a) => {
+                    a.iter().any(|a| {
+                        matches!(a, ofproto::Action::Controller { meter_id: Some(m), .. } if ids.contains(m))
+                    })
+                }
+                _ => false,
+            })
+        };
+        let flows: Vec<Flow> = self.iter().filter(|f| !uses_meter(f)).cloned().collect();
+        FlowSet::new(flows, self.groups.to_vec())
     }
 
     /// The flows in order.
@@ -543,6 +590,32 @@ impl FlowSet {
                 }
             }
         }
+        let (ma, mb) = (installed.meters(), desired.meters());
+        let (mut i, mut j) = (0, 0);
+        while i < ma.len() || j < mb.len() {
+            match (ma.get(i), mb.get(j)) {
+                (Some(x), Some(y)) if x.meter_id == y.meter_id => {
+                    if x != y {
+                        d.meter_modifies.push(y.clone());
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(x), Some(y)) if x.meter_id < y.meter_id => {
+                    d.meter_deletes.push(x.clone());
+                    i += 1;
+                }
+                (Some(x), None) => {
+                    d.meter_deletes.push(x.clone());
+                    i += 1;
+                }
+                (_, Some(y)) => {
+                    d.meter_adds.push(y.clone());
+                    j += 1;
+                }
+                (None, None) => break,
+            }
+        }
         let (ga, gb) = (installed.groups(), desired.groups());
         let (mut i, mut j) = (0, 0);
         while i < ga.len() || j < gb.len() {
@@ -595,7 +668,15 @@ impl FlowSet {
         groups.reverse(); // later (modified) entries first so dedup keeps them
         groups.sort_by_key(|g| g.group_id);
         groups.dedup_by_key(|g| g.group_id);
-        FlowSet::new(flows, groups)
+        let meters: Vec<Meter> = self
+            .meters
+            .iter()
+            .filter(|m| !d.meter_deletes.iter().any(|x| x.meter_id == m.meter_id))
+            .cloned()
+            .chain(d.meter_modifies.iter().cloned())
+            .chain(d.meter_adds.iter().cloned())
+            .collect();
+        FlowSet::new(flows, groups).with_meters(meters)
     }
 }
 
@@ -644,6 +725,12 @@ pub struct FlowDiff {
     pub group_modifies: Vec<Group>,
     /// Groups to delete (send after the flows that used them are gone).
     pub group_deletes: Vec<Group>,
+    /// Meters to add (send before the flows that use them).
+    pub meter_adds: Vec<Meter>,
+    /// Meters to modify.
+    pub meter_modifies: Vec<Meter>,
+    /// Meters to delete (send after the flows that used them are gone).
+    pub meter_deletes: Vec<Meter>,
 }
 
 impl FlowDiff {
@@ -651,9 +738,12 @@ impl FlowDiff {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Number of flow and group changes.
+    /// Number of flow, group and meter changes.
     pub fn len(&self) -> usize {
-        self.adds.len()
+        self.meter_adds.len()
+            + self.meter_modifies.len()
+            + self.meter_deletes.len()
+            + self.adds.len()
             + self.modifies.len()
             + self.deletes.len()
             + self.group_adds.len()
@@ -720,5 +810,67 @@ mod tests {
             prop_assert_eq!(merged.len(), expected.len());
             prop_assert_eq!(got, expected);
         }
+    }
+
+    fn meter(id: u32, rate: u32) -> Meter {
+        Meter {
+            meter_id: id,
+            flags: ofproto::meter::meter_flags::PKTPS | ofproto::meter::meter_flags::BURST,
+            bands: vec![ofproto::MeterBand::drop(rate, rate)],
+        }
+    }
+
+    #[test]
+    fn meters_are_diffed_by_id_and_an_unchanged_set_needs_nothing() {
+        let base = FlowSet::new(vec![flow(0, 1, 1, 0)], Vec::new());
+        let installed = base.clone().with_meters(vec![meter(1, 20), meter(3, 5)]);
+        let desired = base.clone().with_meters(vec![meter(2, 7), meter(1, 30)]);
+        let d = FlowSet::diff(&installed, &desired);
+        assert_eq!(d.meter_adds, vec![meter(2, 7)]);
+        assert_eq!(d.meter_modifies, vec![meter(1, 30)]);
+        assert_eq!(d.meter_deletes, vec![meter(3, 5)]);
+        assert_eq!((d.len(), d.adds.len()), (3, 0));
+        assert_eq!(installed.apply(&d), desired);
+        assert!(FlowSet::diff(&desired, &desired.clone()).is_empty());
+        // Read back in another order: the same set.
+        let read_back = base.with_meters(vec![meter(1, 30), meter(2, 7)]);
+        assert!(FlowSet::diff(&read_back, &desired).is_empty());
+        assert_ne!(read_back, FlowSet::new(vec![flow(0, 1, 1, 0)], Vec::new()));
+    }
+
+    #[test]
+    fn without_meters_drops_the_meters_and_the_flows_that_use_them() {
+        let metered = flow(80, 181, 1, 0).apply(vec![ofproto::Action::Controller {
+            max_len: u16::MAX,
+            controller_id: 7,
+            reason: 1,
+            userdata: vec![1],
+            pause: false,
+            meter_id: Some(1),
+            extended: false,
+        }]);
+        let mut by_instruction = flow(80, 181, 2, 0);
+        by_instruction
+            .instructions
+            .push(ofproto::Instruction::Meter(1));
+        let other_meter = flow(80, 181, 3, 0).apply(vec![ofproto::Action::Controller {
+            max_len: u16::MAX,
+            controller_id: 7,
+            reason: 1,
+            userdata: vec![1],
+            pause: false,
+            meter_id: Some(9),
+            extended: false,
+        }]);
+        let plain = flow(80, 180, 1, 0);
+        let set = FlowSet::new(
+            vec![metered, by_instruction, other_meter.clone(), plain.clone()],
+            Vec::new(),
+        )
+        .with_meters(vec![meter(1, 20)]);
+        let stripped = set.without_meters();
+        assert!(stripped.meters().is_empty());
+        let left: Vec<Flow> = stripped.iter().cloned().collect();
+        assert_eq!(left, vec![other_meter, plain]);
     }
 }

@@ -1,6 +1,7 @@
 //! The flow pipeline: tables declared as data, the checked flow builder, register and cookie
 //! layouts, per-object fragments, the incremental `(model, node) -> FlowSet`, and the diff.
 
+pub mod audit;
 pub mod builder;
 pub mod compute;
 pub mod cookie;

@@ -22,6 +22,7 @@
 //! emits for tables 27 and 80 share one set of invariants, tested together; half the file is
 //! those tests.
 
+use super::audit::{audit_cookie, AuditTag, Verdict};
 use super::builder::{FlowBuilder, PipelineError};
 use super::cookie::{self, Feature, ObjectKind};
 use super::flowset::{key_cmp, packed_key, FlowSet, SharedRun};
@@ -32,6 +33,7 @@ use crate::model::{
     ClusterModel, LabelSelector, NetworkPolicy, Peer, PodInfo, PolicyPort, PortSpec, Protocol,
 };
 use crate::Ipv4Cidr;
+use ofproto::oxm::ct_state::{NEW, TRK};
 use ofproto::oxm::eth_type::IPV4;
 use ofproto::{Action, Field, Flow, Match};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -84,6 +86,24 @@ fn allow(fb: FlowBuilder, dir: Direction) -> FlowBuilder {
         Direction::Ingress => fb.actions([regs::ct_commit(), regs::output_dst_port()]),
         Direction::Egress => fb.goto(TableId::CtCommit),
     }
+}
+
+/// A verdict flow's logging twin: `m` for new connections only, the packet's headers to the
+/// shim (metered), then the allow's own actions.
+fn audit_allow(
+    dir: Direction,
+    band: Band,
+    verdict_cookie: u64,
+    m: Match,
+    tag: &AuditTag,
+) -> Result<Flow, PipelineError> {
+    allow(
+        FlowBuilder::new(dir.table(), band, audit_cookie(verdict_cookie))
+            .matching(m.ct_state(NEW | TRK, NEW | TRK))
+            .action(tag.action()),
+        dir,
+    )
+    .build()
 }
 
 /// One alternative of a dimension: a match fragment.
@@ -736,6 +756,8 @@ impl ConjIds {
 struct NodeEntry {
     signature: u64,
     flows: FlowSet,
+    /// Whether the flows hold logging flows (the node needs the audit meter).
+    audit: bool,
     /// What each namespace with pods on the node contributed (by namespace name, sorted),
     /// with the namespace's signature.
     groups: Vec<(String, NsGroup)>,
@@ -752,6 +774,8 @@ type Used = (Option<Arc<SharedConj>>, Box<[Clause]>, Direction, u64);
 #[derive(Debug, Clone)]
 struct NsGroup {
     signature: u64,
+    /// Whether `own` holds logging flows (the namespace has audit logging on).
+    audit: bool,
     used: Arc<Vec<Used>>,
     own: SharedRun,
     /// Packed keys of `own`, computed once (None when one does not pack).
@@ -856,15 +880,22 @@ impl PolicyCache {
             groups.push((ns.to_string(), g));
         }
         let flows = assemble(&mut self.scratch, groups.iter().map(|(_, g)| g))?;
+        let audit = groups.iter().any(|(_, g)| g.audit);
         self.nodes.insert(
             node.to_string(),
             NodeEntry {
                 signature,
                 flows: flows.clone(),
+                audit,
                 groups,
             },
         );
         Ok(flows)
+    }
+
+    /// Whether the node's policy flows (as last computed) hold logging flows.
+    pub fn node_has_audit(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(|e| e.audit)
     }
 
     /// Forget a node.
@@ -903,6 +934,8 @@ impl PolicyCache {
             ns_cache: &mut self.ns_cache,
         };
         let mut used: Vec<Used> = Vec::new();
+        let logging = model.acl_logging(ns);
+        let mut audit_flows: Vec<Flow> = Vec::new();
         // Pods isolated per direction (a policy of that type selects them).
         let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
@@ -949,6 +982,38 @@ impl PolicyCache {
                     rule_conjs(&mut res, entry, p, dir, i, r, &selected, &mut specs);
                 }
                 for spec in specs {
+                    if let Some(sev) = logging.and_then(|l| l.allow) {
+                        let tag = AuditTag {
+                            verdict: Verdict::Allow,
+                            direction: dir.as_str(),
+                            severity: sev,
+                            reference: format!("NP:{}:{}", p.namespace, p.name),
+                        };
+                        if spec.others.is_empty() {
+                            for cl in spec.targets.iter() {
+                                audit_flows.push(audit_allow(
+                                    dir,
+                                    Band::AuditDirect,
+                                    pc,
+                                    cl.to_match(),
+                                    &tag,
+                                )?);
+                            }
+                        } else {
+                            let id = match entry.conjs.get(&spec.name) {
+                                Some(c) => c.id,
+                                None => self.ids.get(&spec.name),
+                            };
+                            let m = Match::with_capacity(3).eth_type(IPV4).conj_id(id);
+                            audit_flows.push(audit_allow(
+                                dir,
+                                Band::AuditConjunction,
+                                pc,
+                                m,
+                                &tag,
+                            )?);
+                        }
+                    }
                     if spec.others.is_empty() {
                         used.push((None, spec.targets, dir, pc));
                         continue;
@@ -968,7 +1033,7 @@ impl PolicyCache {
         }
         // A pod isolated both ways has one cookie: hashed once.
         let mut cookies: HashMap<Ipv4Addr, u64, FastHash> = HashMap::default();
-        let isolated = isolated.map(|m| {
+        let isolated: [Vec<(Ipv4Addr, u64)>; 2] = isolated.map(|m| {
             m.into_iter()
                 .map(|(ip, pod)| {
                     let ck = *cookies.entry(ip).or_insert_with(|| {
@@ -982,9 +1047,39 @@ impl PolicyCache {
                 })
                 .collect()
         });
-        let own = target_flows(&used, &isolated)?;
+        if let Some(sev) = logging.and_then(|l| l.deny) {
+            for (di, dir) in [Direction::Ingress, Direction::Egress]
+                .into_iter()
+                .enumerate()
+            {
+                let name = match dir {
+                    Direction::Ingress => "Ingress",
+                    Direction::Egress => "Egress",
+                };
+                let tag = AuditTag {
+                    verdict: Verdict::Drop,
+                    direction: dir.as_str(),
+                    severity: sev,
+                    reference: format!("NP:{ns}:{name}"),
+                };
+                for (ip, ck) in &isolated[di] {
+                    let m = Clause::Net(dir.target_field(), *ip, 32)
+                        .to_match()
+                        .ct_state(NEW | TRK, NEW | TRK);
+                    audit_flows.push(
+                        FlowBuilder::new(dir.table(), Band::AuditIsolate, audit_cookie(*ck))
+                            .matching(m)
+                            .action(tag.action())
+                            .build()?,
+                    );
+                }
+            }
+        }
+        let audit = !audit_flows.is_empty();
+        let own = target_flows(&used, &isolated, audit_flows)?;
         Ok(NsGroup {
             signature,
+            audit,
             used: Arc::new(used),
             own_keys: own.iter().map(packed_key).collect(),
             own,
@@ -1006,6 +1101,7 @@ fn ns_signature(model: &ClusterModel, pods: &[&PodInfo]) -> u64 {
     let mut h = FastHash::default().build_hasher();
     (model.policy_reset_epoch(), model.config_epoch(), ns).hash(&mut h);
     model.namespace_policies_stamp(ns).hash(&mut h);
+    model.acl_logging(ns).hash(&mut h);
     for p in pods {
         (&p.key.name, p.ip, &p.labels, &p.ports).hash(&mut h);
     }
@@ -1019,6 +1115,7 @@ fn ns_signature(model: &ClusterModel, pods: &[&PodInfo]) -> u64 {
 fn target_flows(
     used: &[Used],
     isolated: &[Vec<(Ipv4Addr, u64)>; 2],
+    audit: Vec<Flow>,
 ) -> Result<SharedRun, PipelineError> {
     type ClauseKey = (TableId, Clause);
     let mut merged: BTreeMap<ClauseKey, ClauseUse> = BTreeMap::new();
@@ -1037,8 +1134,10 @@ fn target_flows(
             e.1 = e.1.min(*pc);
         }
     }
-    let mut flows: Vec<Flow> =
-        Vec::with_capacity(merged.len() + direct.len() + isolated[0].len() + isolated[1].len());
+    let mut flows: Vec<Flow> = Vec::with_capacity(
+        merged.len() + direct.len() + isolated[0].len() + isolated[1].len() + audit.len(),
+    );
+    flows.extend(audit);
     clause_flows(merged, &mut flows)?;
     for ((table, cl), (dir, ck)) in direct {
         flows.push(

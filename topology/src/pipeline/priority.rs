@@ -46,6 +46,15 @@ pub enum Band {
     PolicyIsolate = 180,
     /// Pods no policy isolates: allow (t27, t80, networkpolicy mode).
     PolicyOpen = 90,
+    /// Audit logging: a `conj_id` verdict flow's logging twin for new connections (t27, t80).
+    AuditConjunction = 221,
+    /// Audit logging: a plain allow flow's logging twin for new connections (t27, t80).
+    AuditDirect = 211,
+    /// Audit logging: an isolated pod's drop, logged for new connections (t27, t80).
+    AuditIsolate = 181,
+    /// Audit logging: t100 an egress firewall rule flow's logging twin for new connections,
+    /// at this value plus the prefix length (140..=172: above every rule flow).
+    AuditFirewall = 140,
     /// Egress IPs: a packet tunnelled to a node that hosts none of its NETID's IPs is
     /// dropped, neither relayed nor sent out with the node's address (t101).
     EgressNoRelay = 190,

@@ -273,7 +273,7 @@ pub static TABLES: &[TableSpec] = &[
     TableSpec {
         id: T::EgressFirewall,
         name: "egress-firewall",
-        matches: &[EthType, Ipv4Dst, Reg(0)],
+        matches: &[EthType, Ipv4Dst, Reg(0), CtState, TunIpv4Src],
         sets: &[],
         gotos: &[T::EgressIp],
         default: TableDefault::Goto(T::EgressIp),

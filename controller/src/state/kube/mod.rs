@@ -50,6 +50,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use topology::model::audit::{parse_acl_logging_lenient, ACL_LOGGING_ANNOTATION};
 use topology::model::multicast::{parse_multicast_value, MULTICAST_ANNOTATION};
 use topology::model::{
     ContainerPort, EgressSnapshot, HostSubnetEgress, Labels, NamespaceInfo, NodeInfo, PodKey,
@@ -200,6 +201,25 @@ pub struct PodView {
 pub struct NsView {
     rv: String,
     labels: Labels,
+    /// The `k8s.ovn.org/acl-logging` annotation, as written.
+    acl_logging: Option<String>,
+}
+
+/// Whether a Namespace's annotation says something else than the record's audit logging.
+fn acl_differs(v: &NsView, info: &NamespaceInfo) -> bool {
+    v.acl_logging
+        .as_deref()
+        .and_then(|a| parse_acl_logging_lenient(a).0)
+        != info.acl_logging
+}
+
+/// What flowmesh reads of a Namespace.
+fn ns_view(n: &Namespace) -> NsView {
+    NsView {
+        rv: meta_rv(&n.metadata),
+        labels: labels_of(&n.metadata),
+        acl_logging: annotation(&n.metadata, ACL_LOGGING_ANNOTATION).map(str::to_string),
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -446,13 +466,13 @@ impl Cache {
             }
             RecordKey::Namespace(n) => {
                 let nn = self.net_namespace(n)?;
-                let labels = match self.get(Kind::Namespace, "", n) {
-                    Some(Obj::Namespace(v)) => v.labels.clone(),
-                    _ => Labels::new(),
+                let (labels, acl) = match self.get(Kind::Namespace, "", n) {
+                    Some(Obj::Namespace(v)) => (v.labels.clone(), v.acl_logging.as_deref()),
+                    _ => (Labels::new(), None),
                 };
                 (
                     (Kind::NetNamespace, String::new(), n.clone()),
-                    namespace_info(nn, labels).map(Record::Namespace),
+                    namespace_info(nn, labels, acl).map(Record::Namespace),
                 )
             }
             RecordKey::Pod(ns, n) => {
@@ -793,7 +813,14 @@ fn node_record(h: &HostSubnet) -> Result<topology::model::NodeRecord, String> {
     })
 }
 
-fn namespace_info(nn: &NetNamespace, labels: Labels) -> Result<NamespaceInfo, String> {
+/// A namespace's record: its NETID and multicast from the NetNamespace, its labels and audit
+/// logging from the Namespace (the annotation read as OVN-Kubernetes reads it: what is valid
+/// is used; a value that is not JSON turns logging off).
+fn namespace_info(
+    nn: &NetNamespace,
+    labels: Labels,
+    acl: Option<&str>,
+) -> Result<NamespaceInfo, String> {
     let netid = nn
         .netid
         .ok_or_else(|| "netid is not set (flowmesh allocates it)".to_string())?;
@@ -806,6 +833,7 @@ fn namespace_info(nn: &NetNamespace, labels: Labels) -> Result<NamespaceInfo, St
         netid,
         labels,
         multicast,
+        acl_logging: acl.and_then(|v| parse_acl_logging_lenient(v).0),
     })
 }
 

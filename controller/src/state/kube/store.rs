@@ -181,10 +181,7 @@ impl KubeStore {
             |n: Namespace| {
                 Some((
                     (Kind::Namespace, String::new(), n.name_any()),
-                    Obj::Namespace(NsView {
-                        rv: meta_rv(&n.metadata),
-                        labels: labels_of(&n.metadata),
-                    }),
+                    Obj::Namespace(ns_view(&n)),
                 ))
             },
         ));
@@ -420,11 +417,20 @@ impl KubeStore {
                 };
                 match cur {
                     Some(_) if !exists => {}
-                    Some(v) if v.labels != info.labels => {
+                    Some(v) if v.labels != info.labels || acl_differs(&v, info) => {
+                        let mut patch = labels_patch(&v.rv, &v.labels, &info.labels);
+                        if acl_differs(&v, info) {
+                            let value = match info.acl_logging {
+                                Some(a) => serde_json::Value::String(a.to_annotation()),
+                                None => serde_json::Value::Null,
+                            };
+                            patch["metadata"]["annotations"] =
+                                serde_json::json!({ ACL_LOGGING_ANNOTATION: value });
+                        }
                         out.push(Write::Namespace(Op::Merge(
                             String::new(),
                             info.name.clone(),
-                            labels_patch(&v.rv, &v.labels, &info.labels),
+                            patch,
                         )));
                     }
                     None if !info.labels.is_empty() => {

@@ -321,10 +321,7 @@ pub(super) async fn execute(
             .map(|n| {
                 (
                     (Kind::Namespace, String::new(), n.name_any()),
-                    Obj::Namespace(NsView {
-                        rv: meta_rv(&n.metadata),
-                        labels: labels_of(&n.metadata),
-                    }),
+                    Obj::Namespace(ns_view(&n)),
                 )
             }),
         Write::Pod(op) => run(|ns| Api::<Pod>::namespaced(c.clone(), ns), op)
@@ -455,12 +452,7 @@ pub(super) async fn reread(
         Kind::Namespace => Api::<Namespace>::all(client)
             .get_opt(&name)
             .await?
-            .map(|n| {
-                Obj::Namespace(NsView {
-                    rv: meta_rv(&n.metadata),
-                    labels: labels_of(&n.metadata),
-                })
-            }),
+            .map(|n| Obj::Namespace(ns_view(&n))),
         Kind::Node => Api::<Node>::all(client)
             .get_opt(&name)
             .await?

@@ -82,7 +82,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         history: PathBuf::from(history),
         fault_gap_secs: arg_value(args, "--fault-gap-secs", 12.0)?,
         pairs: arg_value(args, "--pairs", 24)?,
-        leader_ttl: arg_value(args, "--leader-ttl", 2)?,
+        leader_ttl: arg_value(args, "--leader-ttl", 3)?,
         warmup_secs: arg_value(args, "--warmup-secs", (minutes * 60.0 / 5.0).min(300.0))?,
         shim_extra,
     })
