@@ -602,8 +602,9 @@ fn http_body(addr: SocketAddrV4, req: &str, answer: &[u8]) -> Result<String> {
     }
 }
 
-/// A TCP server in a namespace: for each connection it records the peer address, reads the
-/// request until EOF and answers `<name> peer=<addr>`. Stops when dropped.
+/// A TCP server in a namespace: for each connection (each on its own thread) it records the
+/// peer address, reads the request until EOF and answers `<name> peer=<addr>`. Stops when
+/// dropped.
 #[derive(Debug)]
 pub struct TcpServer {
     /// Where it listens.
@@ -652,11 +653,20 @@ impl TcpServer {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(peer);
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut sink = Vec::new();
-                    let _ = s.read_to_end(&mut sink);
-                    let _ = s.write_all(format!("{name} peer={peer}").as_bytes());
+                    // Each connection is served on its own thread: a client that never
+                    // finishes its request (its FIN lost in a fault, its pod deleted) holds
+                    // up only itself, never the connections behind it in the backlog.
+                    let answer = format!("{name} peer={peer}");
+                    let _ = std::thread::Builder::new()
+                        .name("tcp-server-conn".into())
+                        .spawn(move || {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                            let mut sink = Vec::new();
+                            let _ = s.read_to_end(&mut sink);
+                            let _ = s.write_all(answer.as_bytes());
+                        });
                 }
             })
             .map_err(|source| HarnessError::Net {
