@@ -13,6 +13,15 @@ use super::truth::{Model, PodKey, Proto};
 /// must work again: the issue's "everything else ≤ 2 s".
 pub const WINDOW_MS: u64 = 2_000;
 
+/// How long before a datapath fault a stream's last good round trip may be for the fault to
+/// have caused its stall (the stream's line interval and the stall threshold, with room for a
+/// loaded machine).
+pub const STALL_LEAD_MS: u64 = 2_000;
+
+/// How much longer than a pause of the bench a stall it explains may be: the stream's line
+/// interval (100 ms) and a round trip, with room for a loaded machine.
+pub const PAUSE_SLACK_MS: u64 = 500;
+
 /// One state of the objects: written from `start_ms` (the write may act at once), acknowledged
 /// at `ack_ms`.
 #[derive(Debug, Clone)]
@@ -109,6 +118,15 @@ pub struct Stall {
     pub end_ms: u64,
 }
 
+/// A time the bench itself was not scheduled (its pause monitor woke that late).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// The monitor's last tick before it.
+    pub start_ms: u64,
+    /// The monitor's first tick after it.
+    pub end_ms: u64,
+}
+
 /// Faults that take a node's datapath away (its established traffic is not "between live
 /// nodes" while they last).
 pub fn kills_datapath(kind: &str) -> bool {
@@ -129,6 +147,9 @@ pub struct Verdict {
     pub probes: usize,
     /// Probes whose answer was the old or new state during a change.
     pub transitional: usize,
+    /// Stalls of established streams that a pause of the bench itself explains (not counted
+    /// as outages; reported apart).
+    pub paused_stalls: usize,
     /// Descriptions of the first violations and outages (for the log).
     pub examples: Vec<String>,
 }
@@ -139,6 +160,7 @@ pub fn judge(
     faults: &[FaultSpan],
     probes: &[ProbeRec],
     stalls: &[Stall],
+    pauses: &[Pause],
     leader_ttl_ms: u64,
 ) -> Verdict {
     let mut v = Verdict::default();
@@ -202,15 +224,32 @@ pub fn judge(
         }
     }
     for s in stalls {
+        // The fault must have begun the stall: a stream's last good round trip comes at most
+        // a line's interval plus a stall's length before the fault that stops it. A stream
+        // already stalled when a node's datapath went away was stalled by something else.
         let excused = faults.iter().any(|f| {
             kills_datapath(&f.kind)
                 && f.touches(&s.nodes)
-                && f.start_ms <= s.end_ms
+                && s.start_ms + STALL_LEAD_MS >= f.start_ms
                 && f.excused_until(leader_ttl_ms) >= s.start_ms
         });
         // A stream whose node lost its datapath resumes when TCP's backed-off retransmission
         // fires, seconds after the path is back: that length is TCP's, not the network's (new
         // connections, probed every round, measure the network).
+        // A stream whose own thread was not running cannot tell a slow network from its
+        // own pause: a stall that overlaps a pause of the bench and is no longer than that
+        // pause plus the slack is the bench's, not the network's.
+        let paused = !excused
+            && pauses.iter().any(|p| {
+                p.start_ms <= s.end_ms
+                    && p.end_ms >= s.start_ms
+                    && s.end_ms.saturating_sub(s.start_ms)
+                        <= p.end_ms.saturating_sub(p.start_ms) + PAUSE_SLACK_MS
+            });
+        if paused {
+            v.paused_stalls += 1;
+            continue;
+        }
         if !excused {
             v.max_outage_ms = v.max_outage_ms.max(s.end_ms.saturating_sub(s.start_ms));
             v.outages_over_window += 1;
@@ -283,6 +322,50 @@ mod tests {
     use super::super::truth::{Mode, PodObj, Policy};
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// The judge without pauses of the bench.
+    fn judge(
+        versions: &[Version],
+        faults: &[FaultSpan],
+        probes: &[ProbeRec],
+        stalls: &[Stall],
+        leader_ttl_ms: u64,
+    ) -> Verdict {
+        super::judge(versions, faults, probes, stalls, &[], leader_ttl_ms)
+    }
+
+    #[test]
+    fn a_stall_the_bench_s_own_pause_explains_is_not_an_outage() {
+        let s = Stall {
+            name: "s".into(),
+            nodes: vec![1, 2],
+            start_ms: 10_000,
+            end_ms: 11_700,
+        };
+        let pause = Pause {
+            start_ms: 10_200,
+            end_ms: 11_400,
+        };
+        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &[pause], 2_000);
+        assert_eq!((v.outages_over_window, v.paused_stalls), (0, 1));
+        // A pause elsewhere in the run explains nothing.
+        let other = Pause {
+            start_ms: 50_000,
+            end_ms: 51_200,
+        };
+        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &[other], 2_000);
+        assert_eq!((v.outages_over_window, v.paused_stalls), (1, 0));
+        // A stall much longer than the pause inside it is the network's.
+        let long = Stall {
+            end_ms: 20_000,
+            ..s
+        };
+        let v = super::judge(&[], &[], &[], &[long], &[pause], 2_000);
+        assert_eq!(
+            (v.outages_over_window, v.paused_stalls, v.max_outage_ms),
+            (1, 0, 10_000)
+        );
+    }
 
     fn key(n: &str) -> PodKey {
         ("a".into(), n.into())
@@ -481,8 +564,29 @@ mod tests {
             node: Some(2),
             ..stop
         };
-        let v = judge(&[], &[link], &[], &[s], 2_000);
+        let v = judge(
+            &[],
+            std::slice::from_ref(&link),
+            &[],
+            std::slice::from_ref(&s),
+            2_000,
+        );
         assert_eq!((v.outages_over_window, v.max_outage_ms), (0, 0));
+        // A stream stalled since long before the link went down: the link did not stall it
+        // (the soak's seed-7 run had one stalled for 108 s, excused by a link fault that came
+        // 24 s into it).
+        let early = Stall {
+            start_ms: 1_000,
+            end_ms: 40_000,
+            ..s
+        };
+        let late_link = FaultSpan {
+            start_ms: 25_000,
+            end_ms: 31_000,
+            ..link
+        };
+        let v = judge(&[], &[late_link], &[], &[early], 2_000);
+        assert_eq!((v.outages_over_window, v.max_outage_ms), (1, 39_000));
     }
 
     #[test]

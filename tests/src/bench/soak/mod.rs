@@ -100,6 +100,8 @@ struct Outcome {
     rss_growth_pct: f64,
     /// etcd's members (MiB, fraction), reported apart: see docs/operations.md.
     etcd_rss_growth: (f64, f64),
+    /// Times the bench itself was not scheduled for 300 ms or more.
+    bench_pauses: usize,
     errors: Vec<String>,
 }
 
@@ -135,6 +137,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "verdict",
         serde_json::json!({
             "line": line, "probes": v.probes, "transitional": v.transitional, "steps": out.steps,
+            "bench_pauses": out.bench_pauses, "paused_stalls": v.paused_stalls,
             "rss_growth_pct": out.rss_growth_pct, "examples": v.examples, "errors": out.errors,
         }),
     );
@@ -143,11 +146,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
         eprintln!("soak: {e}");
     }
     eprintln!(
-        "soak: seed={} mode={} probes={} transitional={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
+        "soak: seed={} mode={} probes={} transitional={} bench_pauses={} paused_stalls={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
         o.seed,
         o.mode.config_name(),
         v.probes,
         v.transitional,
+        out.bench_pauses,
+        v.paused_stalls,
         out.steps,
         out.rss_growth_pct * 100.0,
         out.etcd_rss_growth.0,
@@ -185,6 +190,7 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     let mut errors = Vec::new();
     let mut out = Outcome::default();
     std::thread::scope(|s| -> Result<(), String> {
+        s.spawn(|| probes::pause_monitor(h, &rec, &stop_probes));
         probes::start_streams(s, h, &world, &rec, &stop_probes, Arc::clone(&server_stop))?;
         let prober = s.spawn(|| {
             let plan = probes::ProbePlan {
@@ -307,7 +313,16 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     out.lost_writes = lost_writes(c, h, &w.current, &mut errors);
     let probes = std::mem::take(&mut *lock(&rec.probes));
     let stalls = std::mem::take(&mut *lock(&rec.stalls));
-    out.verdict = judge::judge(&w.versions, &spans, &probes, &stalls, o.leader_ttl * 1000);
+    let pauses = std::mem::take(&mut *lock(&rec.pauses));
+    out.verdict = judge::judge(
+        &w.versions,
+        &spans,
+        &probes,
+        &stalls,
+        &pauses,
+        o.leader_ttl * 1000,
+    );
+    out.bench_pauses = pauses.len();
     out.errors = errors;
     Ok(out)
 }

@@ -17,7 +17,7 @@ use crate::tcp::{enter_netns, in_netns};
 
 use super::cluster::{lock, Cluster, EGRESS_NODE, OUTSIDE_TCP, OUTSIDE_UDP};
 use super::history::History;
-use super::judge::{ProbeRec, Stall, Target};
+use super::judge::{Pause, ProbeRec, Stall, Target};
 use super::truth::{PodKey, Proto};
 use super::workload::{PodRun, World, TCP_PORT, UDP_PORT};
 
@@ -29,6 +29,10 @@ const STREAM_PORT: u16 = 7007;
 /// A round trip of an established stream slower than this is a stall (one lost packet's
 /// retransmission on a busy machine stays under it).
 pub const STALL: Duration = Duration::from_millis(1_000);
+/// The pause monitor's tick.
+const TICK: Duration = Duration::from_millis(20);
+/// A tick this much late is a pause of the bench itself.
+pub const PAUSED: Duration = Duration::from_millis(300);
 /// Connect / answer deadline of one probe.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
 
@@ -41,6 +45,8 @@ pub struct Recorded {
     pub stalls: Mutex<Vec<Stall>>,
     /// Round trips of the established streams.
     pub stream_round_trips: Mutex<u64>,
+    /// Times the bench itself was not scheduled (see [`pause_monitor`]).
+    pub pauses: Mutex<Vec<Pause>>,
 }
 
 /// How the prober draws its rounds.
@@ -548,5 +554,30 @@ fn stream(
             start_ms: since,
             end_ms: now,
         });
+    }
+}
+
+/// Records the times the bench process itself was not running (a thread sleeping [`TICK`]
+/// woke [`PAUSED`] or more late: the machine's CPUs were taken by others). A stream's
+/// thread paused with it sees a round trip "take" the pause: that is the prober's own
+/// stall, not the network's, and the judge tells the two apart with these records.
+pub fn pause_monitor(h: &History, rec: &Recorded, stop: &AtomicBool) {
+    let mut last = Instant::now();
+    let mut last_ms = h.ms();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(TICK);
+        let (now, now_ms) = (Instant::now(), h.ms());
+        if now.duration_since(last).saturating_sub(TICK) >= PAUSED {
+            h.log(
+                "bench-paused",
+                serde_json::json!({"start_ms": last_ms, "end_ms": now_ms}),
+            );
+            lock(&rec.pauses).push(Pause {
+                start_ms: last_ms,
+                end_ms: now_ms,
+            });
+        }
+        last = now;
+        last_ms = now_ms;
     }
 }
