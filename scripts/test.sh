@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole flowmesh test suite: system packages, format check, every test of every crate
-# (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end).
+# (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end, the real
+# Kubernetes cluster), then a subset of the upstream Kubernetes e2e suite (docs/conformance.md).
 # Needs root: the tests create network namespaces and run their own Open vSwitch daemons.
 #
 # Every test binary runs even when an earlier one fails (--no-fail-fast); at the end the names
@@ -72,6 +73,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 bash scripts/deps.sh
 cargo fmt --all -- --check
+# The upstream Kubernetes build (scripts/upstream.sh: cached outside the checkout, so nothing to
+# do on a second run; cold, most of an hour, much of it downloading Go modules) runs in the
+# background while the Rust workspace builds; it is waited for before the tests.
+upstream_log=$(mktemp -t flowmesh-upstream.XXXXXX)
+bash scripts/upstream.sh >"$upstream_log" 2>&1 &
+upstream_pid=$!
 cargo build --workspace --all-targets --locked
 # Tests that run the binaries (controller, shim, CNI plugin) find them here, already built.
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
@@ -79,8 +86,22 @@ export FLOWMESH_BIN_DIR="${FLOWMESH_BIN_DIR:-$target_dir/debug}"
 export FLOWMESH_SHIM_BIN_DIR="${FLOWMESH_SHIM_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 export FLOWMESH_CONTROLLER_BIN_DIR="${FLOWMESH_CONTROLLER_BIN_DIR:-$FLOWMESH_BIN_DIR}"
 
+# The real-cluster tests (tests/tests/cluster_*.rs, docs/cluster.md) bring the cluster up with
+# scripts/kube-up.sh: upstream binaries (scripts/upstream.sh, cached), images built from
+# flowmesh's release binaries (scripts/images.sh, cached by content). It is stopped at the end,
+# whatever happened; its logs stay in ${FLOWMESH_CLUSTER_DIR:-/var/lib/flowmesh-kube}/logs.
+cargo build --release --locked -p controller -p flowmeshctl -p agent-shim \
+    --bin flowmesh-controller --bin flowmeshctl --bin flowmesh-shim --bin flowmesh-cni
+export FLOWMESH_RELEASE_BIN_DIR="${FLOWMESH_RELEASE_BIN_DIR:-$target_dir/release}"
+if ! wait "$upstream_pid"; then
+    # The cluster tests will fail (kube-up tries the build again and says why); the others run.
+    echo "scripts/upstream.sh failed; its last lines:" >&2
+    tail -n 30 "$upstream_log" >&2
+fi
+rm -f "$upstream_log"
+
 log=$(mktemp -t flowmesh-test.XXXXXX)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; bash scripts/kube-down.sh' EXIT
 # cargo's output shows as it runs and is kept for the summary; with pipefail the pipeline's
 # status is cargo's (tee does not hide it), and `|| cargo_status=$?` keeps set -e from
 # stopping before the summary.
@@ -89,15 +110,25 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="${FLOWMESH_TES
     | tee "$log" || cargo_status=$?
 summary_status=0
 summary=$(summarize <"$log") || summary_status=$?
+
+# The upstream Kubernetes e2e subset CI runs (docs/conformance.md) on the cluster the cluster
+# tests brought up: NetworkPolicy specs and the pod-to-pod granular checks. Its last line is
+# the `conformance:` counts.
+conformance_status=0
+bash scripts/conformance.sh --subset ci || conformance_status=$?
 echo
 if [ "$cargo_status" -ne 0 ] && [ "$summary_status" -eq 0 ]; then
     echo "cargo test exited with status $cargo_status (a build failure, or a test binary that did not run)"
 fi
+[ "$conformance_status" -eq 0 ] || echo "the upstream e2e subset failed (scripts/conformance.sh --subset ci, status $conformance_status)"
 echo "$summary"
 # The chaos soak (issue 33, docs/operations.md): 5 minutes with a fixed seed on a 3-node lab
-# with three replicas on etcd; its last line is the verdict, its history stays for reading.
+# with three replicas on etcd; its last line is the verdict, its history (and the replicas' logs)
+# stays for reading. The real cluster is stopped first: its daemons have no part in the soak.
+bash scripts/kube-down.sh
 soak_status=0
 mkdir -p "$target_dir/soak"
 "$target_dir/debug/flowmesh-bench" soak --minutes 5 --seed 33 \
     --history "$target_dir/soak/ci-seed33.jsonl" || soak_status=$?
-[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ] && [ "$soak_status" -eq 0 ]
+[ "$cargo_status" -eq 0 ] && [ "$summary_status" -eq 0 ] && [ "$conformance_status" -eq 0 ] \
+    && [ "$soak_status" -eq 0 ]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the upstream components the real-cluster tests run, from source and unmodified:
 # Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-# kubectl, e2e.test, agnhost, pause), containerd + containerd-shim-runc-v2, runc and CoreDNS,
+# kubectl, e2e.test and the ginkgo CLI that runs it in parallel, agnhost, pause), containerd + containerd-shim-runc-v2 + ctr (imports the
+# locally built images, scripts/images.sh), runc and CoreDNS,
 # at the versions pinned by the Go modules under upstream/ (see docs/upstream.md).
 #
 # The binaries land in ${FLOWMESH_UPSTREAM_CACHE:-/var/cache/flowmesh-upstream}/<key>/bin,
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 # Bump when a build command below changes, so that the cache key changes with it.
-readonly RECIPE=1
+readonly RECIPE=2
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 modules=$root/upstream
@@ -108,6 +109,9 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kube
 done
 CGO_ENABLED=1 build kubelet kubernetes k8s.io/kubernetes/cmd/kubelet build -trimpath -ldflags "-s -w$kv"
 CGO_ENABLED=1 build e2e.test kubernetes k8s.io/kubernetes/test/e2e test -c -trimpath -ldflags "-s -w$kv"
+# The ginkgo CLI at the version e2e.test links (hack/ginkgo-e2e.sh runs e2e.test through it for
+# parallel specs): built from the same module graph.
+CGO_ENABLED=0 build ginkgo kubernetes github.com/onsi/ginkgo/v2/ginkgo build -trimpath -ldflags "-s -w"
 # agnhost as test/images/image-util.sh builds it.
 agnhost_version=$(cat "$k8s_dir/test/images/agnhost/VERSION")
 CGO_ENABLED=0 build agnhost kubernetes k8s.io/kubernetes/test/images/agnhost \
@@ -129,6 +133,8 @@ ctr_version=$(cd "$modules/containerd" && go list -m -f '{{.Version}}' github.co
 ctr_ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$ctr_version"
 ctr_ld+=" -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
 CGO_ENABLED=1 build containerd containerd github.com/containerd/containerd/v2/cmd/containerd \
+  build -trimpath -tags urfave_cli_no_docs -ldflags "$ctr_ld"
+CGO_ENABLED=0 build ctr containerd github.com/containerd/containerd/v2/cmd/ctr \
   build -trimpath -tags urfave_cli_no_docs -ldflags "$ctr_ld"
 CGO_ENABLED=0 build containerd-shim-runc-v2 containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags "$ctr_ld -extldflags -static"

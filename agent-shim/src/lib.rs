@@ -14,6 +14,7 @@ pub mod audit;
 pub mod cni;
 pub mod daemon;
 pub mod egress;
+pub mod ethtool;
 pub mod net;
 pub mod netlink;
 pub mod nft;

@@ -14,9 +14,19 @@ use tonic::Code;
 use crate::cni::{code, CniError};
 
 /// A node API client (cheap to clone; connects lazily and reconnects by itself).
+///
+/// With several controller replicas every call goes to one of them, the same one as long as it
+/// answers (the first listed, then whichever answered last): never spread over the replicas.
+/// On the Kubernetes datastore every replica stores what it is asked to in the API server,
+/// which has no transactions; two replicas attaching pods on one node at once both plan from
+/// the node's pod-IP cursor, one of them loses with a conflict, and under a burst of pod
+/// creations (the NetworkPolicy e2e suite starts nine pods at once, several times over) most
+/// attaches failed and kubelet backed off for minutes. One writer at a time has no conflicts;
+/// a replica that cannot be reached is skipped, as before.
 #[derive(Debug, Clone)]
 pub struct NodeApi {
-    client: NodeApiClient<Channel>,
+    clients: std::sync::Arc<[NodeApiClient<Channel>]>,
+    preferred: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     url: String,
 }
 
@@ -90,27 +100,48 @@ fn never_sent(s: &tonic::Status) -> bool {
         .any(|w| s.message().contains(w))
 }
 
-/// Run a call, again (up to a few times) while it fails before reaching a controller.
-async fn unsent_retry<T, F, Fut>(mut f: F) -> Result<T, tonic::Status>
+/// Run a call on the replicas' clients, starting with the preferred one: the next one (and
+/// round again, up to a few times) while a call fails before reaching a controller. The
+/// replica that answered becomes the preferred one.
+async fn unsent_retry<T, F, Fut>(
+    clients: &[NodeApiClient<Channel>],
+    preferred: &std::sync::atomic::AtomicUsize,
+    mut f: F,
+) -> Result<T, tonic::Status>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(NodeApiClient<Channel>) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
+    use std::sync::atomic::Ordering;
+    let n = clients.len().max(1);
+    let start = preferred.load(Ordering::Relaxed) % n;
     let mut attempt = 0u64;
     loop {
-        match f().await {
-            Err(s) if never_sent(&s) && attempt < 8 => {
+        let i = (start + attempt as usize) % n;
+        let Some(c) = clients.get(i) else {
+            return Err(tonic::Status::invalid_argument("no controller URL"));
+        };
+        match f(c.clone()).await {
+            Err(s) if never_sent(&s) && attempt < 8 * n as u64 => {
                 attempt += 1;
-                tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
+                // A pause only after every replica was tried once more.
+                if attempt.is_multiple_of(n as u64) {
+                    tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
+                }
             }
-            r => return r,
+            r => {
+                if r.is_ok() {
+                    preferred.store(i, Ordering::Relaxed);
+                }
+                return r;
+            }
         }
     }
 }
 
 impl NodeApi {
     /// A client for `url` (`http://IP:PORT`, or `https://` with `tls`; several controller
-    /// replicas' URLs comma-separated: each call goes to a live one); `timeout` bounds each
+    /// replicas' URLs comma-separated: each call goes to a live one, the same while it answers); `timeout` bounds each
     /// call.
     pub fn new(
         url: &str,
@@ -127,18 +158,17 @@ impl NodeApi {
             }
             endpoints.push(ep);
         }
-        let channel = match endpoints.len() {
-            // One controller: a plain channel (reconnects by itself).
-            0 | 1 => match endpoints.pop() {
-                Some(ep) => ep.connect_lazy(),
-                None => Endpoint::from_shared(url.to_owned())?.connect_lazy(),
-            },
-            // Replicas: balanced over the live ones (a dead one is skipped once its
-            // connection fails).
-            _ => Channel::balance_list(endpoints.into_iter()),
-        };
+        if endpoints.is_empty() {
+            endpoints.push(Endpoint::from_shared(url.to_owned())?);
+        }
+        // One lazily connected channel per replica (each reconnects by itself).
+        let clients: Vec<NodeApiClient<Channel>> = endpoints
+            .into_iter()
+            .map(|ep| NodeApiClient::new(ep.connect_lazy()))
+            .collect();
         Ok(NodeApi {
-            client: NodeApiClient::new(channel),
+            clients: clients.into(),
+            preferred: Default::default(),
             url: url.to_owned(),
         })
     }
@@ -153,8 +183,7 @@ impl NodeApi {
 
     /// RegisterNode.
     pub async fn register(&self, req: RegisterNodeRequest) -> Result<NodeConfig, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = req.clone();
             async move { c.register_node(r).await }
         })
@@ -165,8 +194,7 @@ impl NodeApi {
 
     /// AttachPod.
     pub async fn attach(&self, req: AttachPodRequest) -> Result<PodNetwork, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = req.clone();
             async move { c.attach_pod(r).await }
         })
@@ -177,8 +205,7 @@ impl NodeApi {
 
     /// DetachPod; returns whether the pod existed.
     pub async fn detach(&self, req: DetachPodRequest) -> Result<bool, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = req.clone();
             async move { c.detach_pod(r).await }
         })
@@ -192,8 +219,7 @@ impl NodeApi {
         &self,
         node: &str,
     ) -> Result<tonic::Streaming<EgressAssignments>, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = WatchEgressRequest {
                 node: node.to_owned(),
             };
@@ -209,8 +235,7 @@ impl NodeApi {
         &self,
         node: &str,
     ) -> Result<tonic::Streaming<proto::node::AuditSettings>, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = proto::node::WatchAuditRequest {
                 node: node.to_owned(),
             };
@@ -227,8 +252,7 @@ impl NodeApi {
         node: &str,
         ips: Vec<String>,
     ) -> Result<Vec<proto::node::PodAddress>, NodeApiError> {
-        unsent_retry(|| {
-            let mut c = self.client.clone();
+        unsent_retry(&self.clients, &self.preferred, |mut c| {
             let r = proto::node::LookupPodsRequest {
                 node: node.to_owned(),
                 ips: ips.clone(),
@@ -238,5 +262,123 @@ impl NodeApi {
         .await
         .map(|r| r.into_inner().pods)
         .map_err(self.err("LookupPods"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::node::node_api_server::{NodeApi as NodeApiService, NodeApiServer};
+    use proto::node::DetachPodReply;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tonic::{Request, Response, Status};
+
+    /// A replica that counts the AttachPod calls it answered.
+    #[derive(Clone, Default)]
+    struct Replica(Arc<AtomicUsize>);
+
+    #[tonic::async_trait]
+    impl NodeApiService for Replica {
+        async fn register_node(
+            &self,
+            _: Request<RegisterNodeRequest>,
+        ) -> Result<Response<NodeConfig>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        async fn attach_pod(
+            &self,
+            _: Request<AttachPodRequest>,
+        ) -> Result<Response<PodNetwork>, Status> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::new(PodNetwork::default()))
+        }
+        async fn detach_pod(
+            &self,
+            _: Request<DetachPodRequest>,
+        ) -> Result<Response<DetachPodReply>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        type WatchEgressStream = tonic::codegen::BoxStream<EgressAssignments>;
+        async fn watch_egress(
+            &self,
+            _: Request<WatchEgressRequest>,
+        ) -> Result<Response<Self::WatchEgressStream>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        type WatchAuditStream = tonic::codegen::BoxStream<proto::node::AuditSettings>;
+        async fn watch_audit(
+            &self,
+            _: Request<proto::node::WatchAuditRequest>,
+        ) -> Result<Response<Self::WatchAuditStream>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        async fn lookup_pods(
+            &self,
+            _: Request<proto::node::LookupPodsRequest>,
+        ) -> Result<Response<proto::node::LookupPodsReply>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+    }
+
+    /// Serves a replica on a loopback port until `stop` fires.
+    async fn serve(r: Replica) -> (String, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(NodeApiServer::new(r))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        (url, tx)
+    }
+
+    #[tokio::test]
+    async fn calls_stay_on_one_live_replica_and_move_on_when_it_is_gone() {
+        let (a, b) = (Replica::default(), Replica::default());
+        let (url_a, stop_a) = serve(a.clone()).await;
+        let (url_b, _stop_b) = serve(b.clone()).await;
+        let api = NodeApi::new(&format!("{url_a},{url_b}"), Duration::from_secs(5), None)
+            .expect("client");
+        for _ in 0..20 {
+            api.attach(AttachPodRequest::default())
+                .await
+                .expect("attach");
+        }
+        // Not spread over the replicas: all on the first listed.
+        assert_eq!(
+            (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+            (20, 0)
+        );
+
+        // The first replica goes away: calls move to the second, and stay there.
+        let _ = stop_a.send(());
+        let moved = async {
+            loop {
+                if api.attach(AttachPodRequest::default()).await.is_ok()
+                    && b.0.load(Ordering::SeqCst) > 0
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), moved)
+            .await
+            .expect("calls reach the second replica");
+        let before = b.0.load(Ordering::SeqCst);
+        for _ in 0..5 {
+            api.attach(AttachPodRequest::default())
+                .await
+                .expect("attach");
+        }
+        assert_eq!(b.0.load(Ordering::SeqCst), before + 5);
     }
 }

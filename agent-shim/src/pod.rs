@@ -60,6 +60,8 @@ struct PodIfConfig {
     addr: Ipv4Net,
     gateway: Ipv4Addr,
     routes: Vec<(Ipv4Net, Option<Ipv4Addr>)>,
+    /// Turn TX checksum offload off (the bridge is on the userspace datapath).
+    tx_checksum_off: bool,
 }
 
 /// What [`PodManager::restore_ports`] did with one vanished pod port.
@@ -367,11 +369,19 @@ impl PodManager {
         });
         let pn = self.api.attach(attach).await.map_err(api_err)?;
         debug!(ip = %pn.ip, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
-        let cfg = self.pod_config(&req.ifname, &pn)?;
+        let mut cfg = self.pod_config(&req.ifname, &pn)?;
+        cfg.tx_checksum_off = self.userspace_datapath().await;
         let cfg2 = cfg.clone();
         in_netns(Path::new(&req.netns), move |nl| configure_pod(nl, cfg2))
             .await
             .map_err(nl_err)?;
+        if cfg.tx_checksum_off {
+            crate::ethtool::disable_tx_checksum(Path::new(&req.netns), &req.ifname)
+                .await
+                .map_err(|e| {
+                    CniError::new(code::NETLINK, "cannot turn TX checksum offload off", e)
+                })?;
+        }
         let result = CniResult {
             interfaces: vec![
                 Interface {
@@ -409,6 +419,22 @@ impl PodManager {
         };
         self.known().insert(host.to_owned(), port);
         Ok(result.to_json(&conf.cni_version))
+    }
+
+    /// Whether the bridge uses Open vSwitch's userspace datapath (`datapath_type=netdev`),
+    /// which needs the pods' TX checksum offload off (`crate::ethtool`).
+    async fn userspace_datapath(&self) -> bool {
+        match self
+            .vsctl
+            .find("Bridge", &self.bridge, &["datapath_type"])
+            .await
+        {
+            Ok(Some(rec)) => rec
+                .get("datapath_type")
+                .and_then(|v| v.as_str())
+                .is_some_and(|t| t == "netdev"),
+            _ => false,
+        }
     }
 
     /// The pod interface settings from the controller's answer: its MAC if given (else
@@ -462,6 +488,7 @@ impl PodManager {
             addr: prefix,
             gateway,
             routes,
+            tx_checksum_off: false,
         })
     }
 

@@ -10,10 +10,11 @@ use crate::api::auth::AuthzLayer;
 use crate::api::grpc::AdminService;
 use crate::api::node_guard::{NodeGuard, NodeTrust};
 use crate::core::{Core, CoreConfig, CoreHandle};
-use crate::observe::Metrics;
+use crate::observe::{Metrics, SwitchStatus};
 use crate::state::{EmbeddedStore, StateBackend};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use topology::ClusterNetworkConfig;
@@ -706,5 +707,67 @@ async fn serve_grpc(
     };
     if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server stopped");
+    }
+}
+
+/// The nodes whose switch keeps this replica from being ready. A switch is ready when it is
+/// connected and either holds exactly the desired flows or has granted this replica the slave
+/// role: a standby never writes, so its switches never become "in sync" through it, yet it is
+/// ready to take over (warm model, role held). Found by the real cluster (issue 29): with the
+/// standbys never Ready, the controller Deployment never became available.
+pub fn switches_not_ready(statuses: &[Arc<SwitchStatus>]) -> Vec<String> {
+    statuses
+        .iter()
+        .filter(|s| !s.unknown)
+        .filter(|s| {
+            let standby = s
+                .role
+                .lock()
+                .map(|r| r.as_str() == "slave")
+                .unwrap_or(false);
+            !(s.connected.load(Ordering::Relaxed) && (s.synced.load(Ordering::Relaxed) || standby))
+        })
+        .map(|s| s.node.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(node: &str, connected: bool, synced: bool, role: &str) -> Arc<SwitchStatus> {
+        let s = SwitchStatus {
+            node: node.into(),
+            ..Default::default()
+        };
+        s.connected.store(connected, Ordering::Relaxed);
+        s.synced.store(synced, Ordering::Relaxed);
+        *s.role.lock().expect("role lock") = role.into();
+        Arc::new(s)
+    }
+
+    #[test]
+    fn a_standby_holding_the_slave_role_is_ready() {
+        let leader = [
+            status("a", true, true, "master"),
+            status("b", true, false, "master"),
+        ];
+        assert_eq!(switches_not_ready(&leader), vec!["b".to_string()]);
+        let standby = [
+            status("a", true, false, "slave"),
+            status("b", true, false, "slave"),
+        ];
+        assert!(switches_not_ready(&standby).is_empty());
+        // Not connected, or no role granted yet: not ready.
+        let waiting = [
+            status("a", false, false, "slave"),
+            status("b", true, false, ""),
+        ];
+        assert_eq!(
+            switches_not_ready(&waiting),
+            vec!["a".to_string(), "b".to_string()]
+        );
+        // A single replica (no role requested) is ready once in sync.
+        assert!(switches_not_ready(&[status("a", true, true, "")]).is_empty());
     }
 }

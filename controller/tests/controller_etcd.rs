@@ -638,3 +638,98 @@ fn bad_datastore_flags_are_refused_clearly() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// A pod's attach that reaches a replica before the replica's watch brought the pod's
+/// namespace (kubelet starts the sandbox right after the Namespace and Pod are created) waits
+/// for the namespace instead of failing with "unknown namespace".
+#[tokio::test]
+async fn an_attach_waits_for_a_namespace_another_replica_is_creating() {
+    use controller::core::{load_model, Core, CoreConfig};
+    use controller::error::ApiError;
+    use controller::observe::Metrics;
+    use controller::resources::nodes::{self as ops, PodRequest};
+    use controller::state::etcd::{EtcdConfig, EtcdStore};
+    use controller::state::{default_config, StateBackend};
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let mut cfg = EtcdConfig::new(&cluster.endpoints()).expect("config");
+    cfg.prefix = "/late-ns/".into();
+    let (a, b) = tokio::task::spawn_blocking(move || {
+        let a = EtcdStore::connect(cfg.clone()).expect("connect a");
+        let b = EtcdStore::connect(cfg).expect("connect b");
+        (Arc::new(a), Arc::new(b))
+    })
+    .await
+    .expect("connect");
+    let core = |store: Arc<EtcdStore>| {
+        let l = load_model(store.as_ref(), Some(&default_config())).expect("load the store");
+        let (model, changes) = (l.model, l.changes);
+        store.apply(&changes).expect("initial records");
+        Core::spawn(
+            model,
+            store,
+            CoreConfig::default(),
+            Arc::new(Metrics::default()),
+        )
+        .expect("core")
+    };
+    let core_a = tokio::task::spawn_blocking({
+        let a = a.clone();
+        move || core(a)
+    })
+    .await
+    .expect("core a");
+    let core_b = tokio::task::spawn_blocking(move || core(b))
+        .await
+        .expect("core b");
+    ops::add_node(
+        &core_a,
+        "node-1".into(),
+        Ipv4Addr::new(192, 168, 1, 11),
+        0xa1,
+    )
+    .await
+    .expect("add node");
+    wait_for("replica b sees node-1", Duration::from_secs(20), || async {
+        core_b
+            .read(|c| c.model.node("node-1").is_some())
+            .await
+            .unwrap_or(false)
+    })
+    .await;
+
+    // The attach reaches replica b before anything created the namespace.
+    let attach = tokio::spawn({
+        let core_b = core_b.clone();
+        async move {
+            ops::attach_pod(
+                &core_b,
+                PodRequest {
+                    node: "node-1".into(),
+                    namespace: "late".into(),
+                    name: "p".into(),
+                    port_name: "veth-p".into(),
+                    ofport: 5,
+                },
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ops::create_namespace(&core_a, "late".into())
+        .await
+        .expect("create the namespace on replica a");
+    // No switch is connected here: the attach gets as far as the switch, past the namespace.
+    let e = attach
+        .await
+        .expect("join")
+        .expect_err("no switch connected");
+    assert_eq!(
+        e,
+        ApiError::Unavailable(
+            "the switch of node node-1 is not connected, so nothing was stored".into()
+        )
+    );
+}

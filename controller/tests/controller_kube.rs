@@ -1141,6 +1141,34 @@ async fn forged_and_bad_attachments_are_ignored_reported_and_survive_a_restart()
         7,
     ));
     wait_for_warning(&api, "ns3.misplaced", "Refused", "bound to node \"node-c\"").await;
+
+    // A Pod this replica's watch has not brought yet (kubelet runs CNI ADD as soon as the Pod
+    // is bound; at load 20 the watch lagged): the store asks the API server before refusing.
+    api.hold_watches(true);
+    api.put(pod_obj("ns1", "fresh", "node-a", json!({})));
+    let fresh = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "fresh".into(),
+            port_name: "veth-fresh".into(),
+            ofport: 9,
+            ..Default::default()
+        })
+        .await;
+    api.hold_watches(false);
+    let fresh = fresh.expect("attach of a Pod the watch has not shown yet");
+    assert!(!fresh.into_inner().ip.is_empty());
+    assert!(api.get("podattachments", None, "ns1.fresh").is_some());
+    admin
+        .detach_pod(pa::PodRef {
+            namespace: "ns1".into(),
+            name: "fresh".into(),
+        })
+        .await
+        .expect("detach");
+    assert!(api.get("podattachments", None, "ns1.fresh").is_none());
+
     // And an attach on another node than the Pod's is refused: nothing is stored.
     api.put(pod_obj("ns1", "late", "node-b", json!({})));
     let err = admin

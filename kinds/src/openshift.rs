@@ -26,6 +26,12 @@ fn api_version() -> String {
     API_VERSION.to_owned()
 }
 
+/// Writes `apiVersion`, [`API_VERSION`] when the field was left empty (a `Default` object): the
+/// real API server refuses an object without it ("Object 'Kind' is missing").
+fn serialize_api_version<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(if v.is_empty() { API_VERSION } else { v })
+}
+
 /// Implements `k8s_openapi::Resource` and `Metadata` for an object with top-level fields.
 macro_rules! top_level_resource {
     ($ty:ident, $kind:literal, $plural:literal) => {
@@ -58,6 +64,12 @@ macro_rules! top_level_resource {
                 $kind.to_owned()
             }
 
+            /// Writes `kind`, the type's own when the field was left empty (see
+            /// `serialize_api_version`).
+            fn serialize_kind<S: serde::Serializer>(k: &str, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(if k.is_empty() { $kind } else { k })
+            }
+
             /// The kind.
             pub const KIND: &'static str = $kind;
             /// The resource's plural (its URL path segment).
@@ -72,11 +84,14 @@ macro_rules! top_level_resource {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterNetwork {
     /// `network.openshift.io/v1`.
-    #[serde(default = "api_version")]
+    #[serde(default = "api_version", serialize_with = "serialize_api_version")]
     #[schemars(skip)]
     pub api_version: String,
     /// `ClusterNetwork`.
-    #[serde(default = "ClusterNetwork::default_kind")]
+    #[serde(
+        default = "ClusterNetwork::default_kind",
+        serialize_with = "ClusterNetwork::serialize_kind"
+    )]
     #[schemars(skip)]
     pub kind: String,
     /// Standard object metadata.
@@ -142,11 +157,14 @@ pub struct ClusterNetworkEntry {
 #[serde(rename_all = "camelCase")]
 pub struct HostSubnet {
     /// `network.openshift.io/v1`.
-    #[serde(default = "api_version")]
+    #[serde(default = "api_version", serialize_with = "serialize_api_version")]
     #[schemars(skip)]
     pub api_version: String,
     /// `HostSubnet`.
-    #[serde(default = "HostSubnet::default_kind")]
+    #[serde(
+        default = "HostSubnet::default_kind",
+        serialize_with = "HostSubnet::serialize_kind"
+    )]
     #[schemars(skip)]
     pub kind: String,
     /// Standard object metadata.
@@ -181,11 +199,14 @@ top_level_resource!(HostSubnet, "HostSubnet", "hostsubnets");
 #[serde(rename_all = "camelCase")]
 pub struct NetNamespace {
     /// `network.openshift.io/v1`.
-    #[serde(default = "api_version")]
+    #[serde(default = "api_version", serialize_with = "serialize_api_version")]
     #[schemars(skip)]
     pub api_version: String,
     /// `NetNamespace`.
-    #[serde(default = "NetNamespace::default_kind")]
+    #[serde(
+        default = "NetNamespace::default_kind",
+        serialize_with = "NetNamespace::serialize_kind"
+    )]
     #[schemars(skip)]
     pub kind: String,
     /// Standard object metadata.
@@ -322,4 +343,39 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
         out.push_str(&serde_yaml::to_string(&crd)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the real API server (issue 29): a `Default`-built object was sent with
+    /// `"apiVersion":"","kind":""` and refused ("Object 'Kind' is missing").
+    #[test]
+    fn default_objects_serialize_their_type() {
+        for (v, kind) in [
+            (
+                serde_json::to_value(ClusterNetwork::default()),
+                "ClusterNetwork",
+            ),
+            (serde_json::to_value(HostSubnet::default()), "HostSubnet"),
+            (
+                serde_json::to_value(NetNamespace::default()),
+                "NetNamespace",
+            ),
+        ] {
+            let v = v.expect("serializes");
+            assert_eq!(v["apiVersion"], API_VERSION, "{kind}");
+            assert_eq!(v["kind"], kind);
+        }
+        // A set value is written as it is.
+        let h = HostSubnet {
+            kind: "HostSubnet".into(),
+            api_version: "network.openshift.io/v1".into(),
+            ..Default::default()
+        };
+        let back: HostSubnet =
+            serde_json::from_value(serde_json::to_value(&h).expect("to json")).expect("from json");
+        assert_eq!(back, h);
+    }
 }

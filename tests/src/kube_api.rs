@@ -423,6 +423,14 @@ impl MockApiServer {
         lock(&self.store).requests.clear();
     }
 
+    /// Holds every event back from the open watches (the objects change, lists and gets show
+    /// them, watches see nothing yet) until called with `false`, which sends them in order: a
+    /// client's watch lagging behind the API server, which a real server cannot be made to
+    /// show on demand.
+    pub fn hold_watches(&self, on: bool) {
+        lock(&self.store).hold_watches(on);
+    }
+
     /// Watch bookmark period for watches opened from now on (default 1 s).
     pub fn set_bookmark_interval(&self, every: Duration) {
         lock(&self.store).bookmark_interval = every;

@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod bench;
 pub mod bins;
+pub mod cluster;
 pub mod cni;
 pub mod dns;
 pub mod e2e;

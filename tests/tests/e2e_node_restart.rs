@@ -302,7 +302,15 @@ fn a_removed_node_leaves_no_flows_or_ports() {
     let a = c.add_cni_pod(1, "shop", "stay-a");
     let b = c.add_cni_pod(2, "shop", "stay-b");
     let g = c.add_cni_pod(3, "shop", "leave-c");
-    assert_eq!(c.lab.ping(&a.ns, g.ip.into(), 1).expect("ping").received, 1);
+    // The pods reach each other first (node1's switch may still be taking node3's new pod
+    // when the attach returns on a loaded machine: waited for, not assumed).
+    let t = Instant::now();
+    while c.lab.ping(&a.ns, g.ip.into(), 1).expect("ping").received == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "stay-a never reached leave-c before the removal"
+        );
+    }
     let node3_ip = c.lab.node(3).expect("node3").underlay_ip().to_string();
     let subnets = c.ctl(&["get", "hostsubnets", "node3"]);
     let subnet = subnets

@@ -30,7 +30,9 @@ fn snapshot(lab: &NetnsLab) -> Vec<String> {
         ]),
         vsctl(&["get-controller", "br0"]),
         vsctl(&["list-ports", "br0"]),
-        lab.run_in(ns, "ip", &["addr", "show", "dev", "tun0"])
+        // IPv4 only: the kernel's own IPv6 link-local address carries a transient
+        // `tentative` while duplicate address detection runs (the shim sets none of it).
+        lab.run_in(ns, "ip", &["-4", "addr", "show", "dev", "tun0"])
             .expect("ip addr"),
         lab.run_in(ns, "ip", &["route", "show", "table", "main"])
             .expect("ip route"),

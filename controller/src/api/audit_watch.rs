@@ -48,14 +48,7 @@ async fn current(core: &CoreHandle, node: &str) -> Result<pn::AuditSettings, Api
 
 /// Starts the stream for `node` (which must be registered).
 pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<SettingsStream>, Status> {
-    if node.is_empty() {
-        return Err(Status::invalid_argument("WatchAudit: node name is empty"));
-    }
-    let name = node.clone();
-    let known = core.read(move |c| c.model.node(&name).is_some()).await?;
-    if !known {
-        return Err(ApiError::NotFound(format!("node {node:?} is not registered")).into());
-    }
+    super::require_registered(core, &node, "WatchAudit").await?;
     let mut events = core.subscribe();
     let (tx, rx) = mpsc::channel::<Result<pn::AuditSettings, Status>>(4);
     let core = core.clone();

@@ -52,14 +52,7 @@ async fn hosted(core: &CoreHandle, node: &str) -> Result<Vec<pn::EgressAssignmen
 
 /// Starts the stream for `node` (which must be registered).
 pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<AssignmentStream>, Status> {
-    if node.is_empty() {
-        return Err(Status::invalid_argument("WatchEgress: node name is empty"));
-    }
-    let name = node.clone();
-    let known = core.read(move |c| c.model.node(&name).is_some()).await?;
-    if !known {
-        return Err(ApiError::NotFound(format!("node {node:?} is not registered")).into());
-    }
+    super::require_registered(core, &node, "WatchEgress").await?;
     // Only the leader judges whether a shim watches (standbys know nothing of each other's
     // streams): a standby sends the shim on, and a deposed leader ends its streams below.
     if let Some(leader) = core.read(|c| c.standby_of()).await? {

@@ -10,3 +10,24 @@ pub mod egress_watch;
 pub mod grpc;
 pub mod kube_sync;
 pub mod node_guard;
+
+/// Refuses a node stream for an empty or unregistered node name (`call` names the RPC).
+async fn require_registered(
+    core: &crate::core::CoreHandle,
+    node: &str,
+    call: &str,
+) -> Result<(), tonic::Status> {
+    if node.is_empty() {
+        return Err(tonic::Status::invalid_argument(format!(
+            "{call}: node name is empty"
+        )));
+    }
+    let name = node.to_owned();
+    let known = core.read(move |c| c.model.node(&name).is_some()).await?;
+    if !known {
+        return Err(
+            crate::error::ApiError::NotFound(format!("node {node:?} is not registered")).into(),
+        );
+    }
+    Ok(())
+}

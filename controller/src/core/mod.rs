@@ -225,6 +225,12 @@ pub fn unknown_datapath_flows() -> FlowSet {
 }
 
 impl Core {
+    /// Whether the store is shared and watched (etcd, Kubernetes): objects may then appear
+    /// in the model that no call to this replica made (a Namespace created by kubectl).
+    pub fn store_is_watched(&self) -> bool {
+        self.relist.is_some()
+    }
+
     /// Start the core task on a loaded model (the store is listed again for its revisions).
     pub fn spawn(
         model: ClusterModel,

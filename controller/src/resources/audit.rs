@@ -138,39 +138,26 @@ pub fn logging_edit(
     r: &pa::AnnotateRequest,
     current: Option<AclLogging>,
 ) -> Result<Option<Option<AclLogging>>, ApiError> {
-    if r.set.is_empty() && r.remove.is_empty() {
+    let Some(v) = ops::single_annotation(
+        "namespace",
+        name,
+        ACL_LOGGING_ANNOTATION,
+        " on namespaces",
+        r,
+    )?
+    else {
+        return Ok(Some(None));
+    };
+    let want =
+        parse_acl_logging(v).map_err(|e| ApiError::Invalid(format!("namespace {name}: {e}")))?;
+    let want = want.any().then_some(want);
+    if current.is_some() && want != current && !r.overwrite {
         return Err(ApiError::Invalid(format!(
-            "namespace {name}: no annotations given (KEY=VALUE to set, KEY- to remove)"
-        )));
+                "namespace {name}: annotation {ACL_LOGGING_ANNOTATION:?} already has a value ({}), and --overwrite is false",
+                current.map(|c| c.to_annotation()).unwrap_or_default()
+            )));
     }
-    let unknown = r
-        .set
-        .keys()
-        .chain(r.remove.iter())
-        .find(|k| k.as_str() != ACL_LOGGING_ANNOTATION);
-    if let Some(k) = unknown {
-        return Err(ApiError::Invalid(format!(
-            "namespace {name}: annotation {k:?} is not one flowmesh keeps on namespaces (it keeps {ACL_LOGGING_ANNOTATION})"
-        )));
-    }
-    match (r.set.get(ACL_LOGGING_ANNOTATION), r.remove.is_empty()) {
-        (Some(_), false) => Err(ApiError::Invalid(format!(
-            "namespace {name}: annotation {ACL_LOGGING_ANNOTATION:?} is both set and removed"
-        ))),
-        (Some(v), true) => {
-            let want = parse_acl_logging(v)
-                .map_err(|e| ApiError::Invalid(format!("namespace {name}: {e}")))?;
-            let want = want.any().then_some(want);
-            if current.is_some() && want != current && !r.overwrite {
-                return Err(ApiError::Invalid(format!(
-                    "namespace {name}: annotation {ACL_LOGGING_ANNOTATION:?} already has a value ({}), and --overwrite is false",
-                    current.map(|c| c.to_annotation()).unwrap_or_default()
-                )));
-            }
-            Ok(Some(want))
-        }
-        (None, _) => Ok(Some(None)),
-    }
+    Ok(Some(want))
 }
 
 /// `AnnotateNamespace`: returns the namespace after the edit and whether it changed.

@@ -28,37 +28,17 @@ pub fn multicast_edit(
     r: &pa::AnnotateRequest,
     current: bool,
 ) -> Result<Option<bool>, ApiError> {
-    if r.set.is_empty() && r.remove.is_empty() {
+    let Some(v) = ops::single_annotation("netnamespace", name, MULTICAST_ANNOTATION, "", r)? else {
+        return Ok(Some(false));
+    };
+    let want = parse_multicast_value(v)
+        .map_err(|e| ApiError::Invalid(format!("netnamespace {name}: {e}")))?;
+    if current && !want && !r.overwrite {
         return Err(ApiError::Invalid(format!(
-            "netnamespace {name}: no annotations given (KEY=VALUE to set, KEY- to remove)"
-        )));
+                "netnamespace {name}: annotation {MULTICAST_ANNOTATION:?} already has a value (true), and --overwrite is false"
+            )));
     }
-    let unknown = r
-        .set
-        .keys()
-        .chain(r.remove.iter())
-        .find(|k| k.as_str() != MULTICAST_ANNOTATION);
-    if let Some(k) = unknown {
-        return Err(ApiError::Invalid(format!(
-            "netnamespace {name}: annotation {k:?} is not one flowmesh keeps (it keeps {MULTICAST_ANNOTATION})"
-        )));
-    }
-    match (r.set.get(MULTICAST_ANNOTATION), r.remove.is_empty()) {
-        (Some(_), false) => Err(ApiError::Invalid(format!(
-            "netnamespace {name}: annotation {MULTICAST_ANNOTATION:?} is both set and removed"
-        ))),
-        (Some(v), true) => {
-            let want = parse_multicast_value(v)
-                .map_err(|e| ApiError::Invalid(format!("netnamespace {name}: {e}")))?;
-            if current && !want && !r.overwrite {
-                return Err(ApiError::Invalid(format!(
-                    "netnamespace {name}: annotation {MULTICAST_ANNOTATION:?} already has a value (true), and --overwrite is false"
-                )));
-            }
-            Ok(Some(want))
-        }
-        (None, _) => Ok(Some(false)),
-    }
+    Ok(Some(want))
 }
 
 /// `AnnotateNetNamespace`: returns the NetNamespace after the edit and whether it changed.
@@ -161,5 +141,29 @@ mod tests {
                 other => panic!("{r:?}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_naming_the_annotation() {
+        let refusal = |r: &pa::AnnotateRequest| match multicast_edit("a", r, false) {
+            Err(ApiError::Invalid(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refusal(&req(&[], &[], false)),
+            "netnamespace a: no annotations given (KEY=VALUE to set, KEY- to remove)"
+        );
+        assert_eq!(
+            refusal(&req(&[("owner", "me")], &[], false)),
+            format!("netnamespace a: annotation \"owner\" is not one flowmesh keeps (it keeps {MULTICAST_ANNOTATION})")
+        );
+        assert_eq!(
+            refusal(&req(
+                &[(MULTICAST_ANNOTATION, "true")],
+                &[MULTICAST_ANNOTATION],
+                false
+            )),
+            format!("netnamespace a: annotation {MULTICAST_ANNOTATION:?} is both set and removed")
+        );
     }
 }

@@ -7,6 +7,7 @@ use crate::core::{
     Event, Undo,
 };
 use crate::error::ApiError;
+use proto::admin as pa;
 use std::net::Ipv4Addr;
 use topology::model::{NamespaceInfo, NodeInfo};
 use topology::{ClusterModel, ModelError, PodAttach, PodInfo};
@@ -237,9 +238,41 @@ pub async fn lookup_ofport(
 /// Attach a pod: allocate its IP; returns once its switch acknowledged the pod's flows. An
 /// ofport of 0 is looked up on the node's switch by the port name.
 pub async fn attach_pod(core: &CoreHandle, mut pod: PodRequest) -> Result<PodInfo, ApiError> {
+    wait_for_namespace(core, &pod.namespace, NAMESPACE_WAIT).await?;
     resolve_pod_ofport(core, &mut pod).await?;
     pod.validate()?;
     core.mutate(move |m| attach_pod_in(m, &pod)).await
+}
+
+/// How long an attach waits for its namespace to arrive from a watched store.
+pub const NAMESPACE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// With a watched store (Kubernetes, etcd), waits up to `limit` for `namespace` to be in the
+/// model. kubelet starts a pod's sandbox as soon as the Pod is scheduled, often before this
+/// replica's watch has brought the Namespace created just before it (as OpenShift SDN's node
+/// waits for the NetNamespace's VNID); without the wait the attach failed with "namespace not
+/// found" and kubelet retried the sandbox only after its back-off. Returns at once when the
+/// namespace is there, when the store is not watched (nothing else creates namespaces), or
+/// when the name is not a valid one; the attach itself then reports what is missing.
+pub async fn wait_for_namespace(
+    core: &CoreHandle,
+    namespace: &str,
+    limit: std::time::Duration,
+) -> Result<(), ApiError> {
+    if check_name("namespace", namespace).is_err() {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let ns = namespace.to_string();
+        let (present, watched) = core
+            .read(move |c| (c.model.namespace(&ns).is_some(), c.store_is_watched()))
+            .await?;
+        if present || !watched || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// An ofport of 0 is looked up on the node's switch by the pod's port name.
@@ -473,5 +506,39 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
         Err(ApiError::Invalid(format!(
             "{kind} name {name:?} is invalid: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
         )))
+    }
+}
+
+/// The one annotation `key` that a `kind` keeps, as an annotate request asks it: `Some(value)`
+/// to set it, `None` to remove it; or why the request is refused (nothing given, another key,
+/// the key both set and removed). `keeps` follows "is not one flowmesh keeps" in the message.
+pub fn single_annotation<'a>(
+    kind: &str,
+    name: &str,
+    key: &str,
+    keeps: &str,
+    r: &'a pa::AnnotateRequest,
+) -> Result<Option<&'a str>, ApiError> {
+    if r.set.is_empty() && r.remove.is_empty() {
+        return Err(ApiError::Invalid(format!(
+            "{kind} {name}: no annotations given (KEY=VALUE to set, KEY- to remove)"
+        )));
+    }
+    if let Some(k) = r
+        .set
+        .keys()
+        .chain(r.remove.iter())
+        .find(|k| k.as_str() != key)
+    {
+        return Err(ApiError::Invalid(format!(
+            "{kind} {name}: annotation {k:?} is not one flowmesh keeps{keeps} (it keeps {key})"
+        )));
+    }
+    match (r.set.get(key), r.remove.is_empty()) {
+        (Some(_), false) => Err(ApiError::Invalid(format!(
+            "{kind} {name}: annotation {key:?} is both set and removed"
+        ))),
+        (Some(v), true) => Ok(Some(v.as_str())),
+        (None, _) => Ok(None),
     }
 }

@@ -17,7 +17,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -213,16 +212,12 @@ async fn only_readers(
     }
 }
 
-/// `/readyz`: 200 once every known switch is connected and in sync; else 503 naming them
+/// `/readyz`: 200 once every known switch is connected and in sync (or, on a standby, has
+/// granted this replica the slave role: [`super::switches_not_ready`]); else 503 naming them
 /// (`named`) or counting them.
 async fn readyz(core: CoreHandle, named: bool) -> (StatusCode, String) {
     let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
-    let waiting: Vec<String> = statuses
-        .iter()
-        .filter(|s| !s.unknown)
-        .filter(|s| !(s.connected.load(Ordering::Relaxed) && s.synced.load(Ordering::Relaxed)))
-        .map(|s| s.node.clone())
-        .collect();
+    let waiting = super::switches_not_ready(&statuses);
     match (waiting.is_empty(), named) {
         (true, _) => (StatusCode::OK, "ready\n".to_string()),
         (false, true) => (

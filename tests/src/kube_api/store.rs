@@ -197,7 +197,13 @@ pub(crate) struct Store {
     pub requests: Vec<RequestRecord>,
     pub require_namespaces: bool,
     pub bookmark_interval: Duration,
+    /// Events held back from the open watches while a test holds them (see
+    /// `MockApiServer::hold_watches`).
+    held: Option<Vec<HeldEvent>>,
 }
+
+/// A change held back from the watches: resource index, event type, old and new object.
+type HeldEvent = (usize, EvType, Option<Value>, Value);
 
 /// RFC 3339 UTC with second precision, as Kubernetes writes `creationTimestamp`.
 pub(crate) fn now_rfc3339() -> String {
@@ -286,6 +292,7 @@ impl Store {
             requests: Vec::new(),
             require_namespaces: true,
             bookmark_interval: Duration::from_secs(1),
+            held: None,
         }
     }
 
@@ -360,15 +367,10 @@ impl Store {
 
     fn commit(&mut self, res: usize, ty: EvType, old: Option<Value>, obj: Value) {
         let rv = self.rv;
-        self.watches.retain(|w| {
-            if w.filter.res != res {
-                return !w.tx.is_closed();
-            }
-            match w.filter.translate(ty, old.as_ref(), &obj) {
-                Some(ev) => w.tx.send(WatchMsg::Event(ev)).is_ok(),
-                None => !w.tx.is_closed(),
-            }
-        });
+        match &mut self.held {
+            Some(q) => q.push((res, ty, old.clone(), obj.clone())),
+            None => self.deliver(res, ty, old.as_ref(), &obj),
+        }
         self.history.push_back(HistEvent {
             rv,
             res,
@@ -848,6 +850,30 @@ impl Store {
 
     pub(crate) fn close_watch(&mut self, id: u64) {
         self.watches.retain(|w| w.id != id);
+    }
+
+    /// Sends one change to the open watches of its resource.
+    fn deliver(&mut self, res: usize, ty: EvType, old: Option<&Value>, obj: &Value) {
+        self.watches.retain(|w| {
+            if w.filter.res != res {
+                return !w.tx.is_closed();
+            }
+            match w.filter.translate(ty, old, obj) {
+                Some(ev) => w.tx.send(WatchMsg::Event(ev)).is_ok(),
+                None => !w.tx.is_closed(),
+            }
+        });
+    }
+
+    /// Holds the open watches' events back (on), or sends what was held, in order (off).
+    pub(crate) fn hold_watches(&mut self, on: bool) {
+        if on {
+            self.held.get_or_insert_with(Vec::new);
+        } else if let Some(q) = self.held.take() {
+            for (res, ty, old, obj) in q {
+                self.deliver(res, ty, old.as_ref(), &obj);
+            }
+        }
     }
 
     pub(crate) fn open_watches(&self) -> usize {

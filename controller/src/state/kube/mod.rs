@@ -965,6 +965,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn allocation_records_are_written_before_what_was_allocated_from_them() {
+        let g = |k: RecordKey| Guarded {
+            change: Change::Delete(k),
+            expected: 3,
+        };
+        // An attach's batch as the core builds it: the pod, then its node (the IP cursor).
+        let batch = vec![
+            (
+                RecordKey::Pod("ns".into(), "a".into()),
+                g(RecordKey::Pod("ns".into(), "a".into())),
+            ),
+            (
+                RecordKey::Namespace("ns".into()),
+                g(RecordKey::Namespace("ns".into())),
+            ),
+            (
+                RecordKey::Node("node1".into()),
+                g(RecordKey::Node("node1".into())),
+            ),
+            (
+                RecordKey::Pod("ns".into(), "b".into()),
+                g(RecordKey::Pod("ns".into(), "b".into())),
+            ),
+            (RecordKey::Cursors, g(RecordKey::Cursors)),
+        ];
+        let order: Vec<String> = store::allocations_first(batch)
+            .into_iter()
+            .map(|(k, _)| k.as_string())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "node/node1",
+                "cursors/default",
+                "pod/ns/a",
+                "namespace/ns",
+                "pod/ns/b"
+            ]
+        );
+    }
+
+    #[test]
     fn dns_configmap_names_are_valid_object_names() {
         let n = dns_configmap_name("Www.Example.COM");
         assert!(n.starts_with("flowmesh-dns-"));

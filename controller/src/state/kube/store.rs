@@ -640,6 +640,36 @@ impl KubeStore {
         }
     }
 
+    /// The object as the API server holds it now (None: there is none).
+    fn read_fresh(&self, target: &ObjKey) -> Result<Option<Obj>, StoreError> {
+        self.block(reread(
+            self.client.clone(),
+            self.cfg.namespace.clone(),
+            target.clone(),
+        ))?
+        .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))
+    }
+
+    /// A pod's attachment needs its Pod; kubelet runs CNI ADD as soon as the Pod is bound, so
+    /// this replica's watch may not have brought it yet (seen at load 20: "pod ... is not in
+    /// the Kubernetes API" for a Pod created just before). Before refusing, the Pod is read
+    /// from the API server itself, which decides.
+    fn read_missing_pod(&self, change: &Change) -> Result<(), StoreError> {
+        let Change::Put(Record::Pod(p)) = change else {
+            return Ok(());
+        };
+        let (ns, name) = (&p.info.key.namespace, &p.info.key.name);
+        if lock(&self.cache).get(Kind::Pod, ns, name).is_some() {
+            return Ok(());
+        }
+        let target: ObjKey = (Kind::Pod, ns.clone(), name.clone());
+        let fresh = self.read_fresh(&target)?;
+        if fresh.is_some() {
+            lock(&self.cache).set(target, fresh, true);
+        }
+        Ok(())
+    }
+
     /// Write one change (retrying a conflict with an unrelated writer); the records it changed.
     fn write_change(
         &self,
@@ -647,6 +677,7 @@ impl KubeStore {
         written: &mut BTreeSet<RecordKey>,
     ) -> Result<(), StoreError> {
         let key = g.change.key();
+        self.read_missing_pod(&g.change)?;
         for _attempt in 0..5 {
             let writes = {
                 let mut c = lock(&self.cache);
@@ -693,13 +724,7 @@ impl KubeStore {
             // Someone else changed the object: read it again; the record the writer meant to
             // change decides (the loop's check) whether to try again.
             tracing::debug!(%message, "kubernetes write conflict; re-reading");
-            let fresh = self
-                .block(reread(
-                    self.client.clone(),
-                    self.cfg.namespace.clone(),
-                    target.clone(),
-                ))?
-                .map_err(|e| StoreError::Unavailable(format!("Kubernetes API server: {e}")))?;
+            let fresh = self.read_fresh(&target)?;
             lock(&self.cache).set(target, fresh, true);
         }
         Err(StoreError::Conflict {
@@ -708,6 +733,28 @@ impl KubeStore {
             found: lock(&self.cache).record_revision(&key),
         })
     }
+}
+
+/// The batch in the order its objects are written. The API server has no transactions: a batch
+/// is written object by object, each write guarded by its resourceVersion. The records that
+/// hold allocation state (a node's pod-IP cursor, the NETID and other cursors, the cluster
+/// network, the egress-IP state) go first, so that a replica whose view of them is stale (another
+/// replica allocated meanwhile) fails on its first write, before it wrote anything: the pods,
+/// namespaces and policies allocated from that stale view are never stored. Written the other
+/// way round, two replicas attaching pods on one node at once both stored a pod with the same
+/// IP, and the loser's pod record was left in the store ("pod IP ... is already allocated").
+pub(super) fn allocations_first(mut batch: Vec<(RecordKey, Guarded)>) -> Vec<(RecordKey, Guarded)> {
+    // A stable sort: the writer's order is kept within each group.
+    batch.sort_by_key(|(k, _)| {
+        !matches!(
+            k,
+            RecordKey::Cursors
+                | RecordKey::Node(_)
+                | RecordKey::ClusterNetwork
+                | RecordKey::EgressIps
+        )
+    });
+    batch
 }
 
 impl StateBackend for KubeStore {
@@ -730,7 +777,7 @@ impl StateBackend for KubeStore {
 
     fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {
         self.wait_synced()?;
-        let batch = coalesce(changes);
+        let batch = allocations_first(coalesce(changes));
         let mut written = BTreeSet::new();
         for (_, g) in &batch {
             self.write_change(g, &mut written)?;
