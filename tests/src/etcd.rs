@@ -335,6 +335,11 @@ impl EtcdCluster {
         }
     }
 
+    /// The run directory (members' data directories and logs).
+    pub fn run_path(&self) -> &std::path::Path {
+        self.run.path()
+    }
+
     /// The log of member `i`.
     pub fn log_text(&self, i: usize) -> String {
         std::fs::read_to_string(&self.members[i].log).unwrap_or_default()

@@ -18,9 +18,82 @@ pub const WINDOW_MS: u64 = 2_000;
 /// loaded machine).
 pub const STALL_LEAD_MS: u64 = 2_000;
 
-/// How much longer than a pause of the bench a stall it explains may be: the stream's line
-/// interval (100 ms) and a round trip, with room for a loaded machine.
+/// How much longer than the time the machine held the bench or a switch a stall it explains
+/// may be: the stream's line interval (100 ms) and a round trip, with room for a loaded machine.
 pub const PAUSE_SLACK_MS: u64 = 500;
+
+/// A sampling interval of a switch's forwarding thread counts as held when the thread was
+/// blocked at its end, or waited for a CPU for at least this share of it (per mille).
+pub const HELD_WAIT_PER_MILLE: u64 = 800;
+
+/// What the machine did, from records that are not flowmesh's: when the bench was paused,
+/// when the control stream (no Open vSwitch on its path) stalled, and the scheduling samples of
+/// every node's ovs-vswitchd.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Machine<'a> {
+    /// Pauses of the bench.
+    pub pauses: &'a [Pause],
+    /// Stalls of the control stream.
+    pub control: &'a [Stall],
+    /// Samples of the switches' forwarding threads.
+    pub sched: &'a [Sched],
+}
+
+impl Machine<'_> {
+    /// Whether the machine explains a failure from `start_ms` to `end_ms` of traffic through
+    /// `nodes`: the time in which the bench was paused, the control stream stalled, or the
+    /// ovs-vswitchd of one of `nodes` could not run (blocked, or runnable but without a CPU),
+    /// overlaps counted once, covers all of it but [`PAUSE_SLACK_MS`]. The traffic of one pair
+    /// or one node that stops while the machine moves packets and its switches run is never
+    /// explained: only the kernel's accounting and the control stream count.
+    pub fn explains(&self, start_ms: u64, end_ms: u64, nodes: &[usize]) -> bool {
+        let mut spans: Vec<(u64, u64)> = self
+            .pauses
+            .iter()
+            .map(|p| (p.start_ms, p.end_ms))
+            .chain(self.control.iter().map(|c| (c.start_ms, c.end_ms)))
+            .collect();
+        spans.extend(
+            self.sched
+                .iter()
+                .filter(|s| nodes.contains(&s.node))
+                .filter(|s| {
+                    let len = s.end_ms.saturating_sub(s.start_ms).max(1);
+                    s.blocked || s.wait_ms * 1000 >= len * HELD_WAIT_PER_MILLE
+                })
+                .map(|s| (s.start_ms, s.end_ms)),
+        );
+        covered(&spans, start_ms, end_ms) + PAUSE_SLACK_MS >= end_ms.saturating_sub(start_ms)
+            && covered(&spans, start_ms, end_ms) > 0
+    }
+}
+
+/// How much of `start_ms..end_ms` the spans cover, overlaps once.
+fn covered(spans: &[(u64, u64)], start_ms: u64, end_ms: u64) -> u64 {
+    let mut clipped: Vec<(u64, u64)> = spans
+        .iter()
+        .copied()
+        .map(|(a, b)| (a.max(start_ms), b.min(end_ms)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    clipped.sort_unstable();
+    let mut held = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for (a, b) in clipped {
+        match cur {
+            Some((ca, cb)) if a <= cb => cur = Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                held += cb - ca;
+                cur = Some((a, b));
+            }
+            None => cur = Some((a, b)),
+        }
+    }
+    if let Some((ca, cb)) = cur {
+        held += cb - ca;
+    }
+    held
+}
 
 /// One state of the objects: written from `start_ms` (the write may act at once), acknowledged
 /// at `ack_ms`.
@@ -127,6 +200,24 @@ pub struct Pause {
     pub end_ms: u64,
 }
 
+/// One sampling interval of a node's `ovs-vswitchd` main thread (which forwards every packet of
+/// the lab's userspace datapath): the kernel's accounting of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sched {
+    /// Node.
+    pub node: usize,
+    /// Start of the interval.
+    pub start_ms: u64,
+    /// End of the interval.
+    pub end_ms: u64,
+    /// Time on a CPU within it.
+    pub run_ms: u64,
+    /// Time runnable but waiting for a CPU within it.
+    pub wait_ms: u64,
+    /// In uninterruptible sleep (state D) at its end.
+    pub blocked: bool,
+}
+
 /// Faults that take a node's datapath away (its established traffic is not "between live
 /// nodes" while they last).
 pub fn kills_datapath(kind: &str) -> bool {
@@ -147,9 +238,12 @@ pub struct Verdict {
     pub probes: usize,
     /// Probes whose answer was the old or new state during a change.
     pub transitional: usize,
-    /// Stalls of established streams that a pause of the bench itself explains (not counted
-    /// as outages; reported apart).
-    pub paused_stalls: usize,
+    /// Stalls of established streams that the machine explains: the bench itself or an
+    /// ovs-vswitchd on the path could not run for all but [`PAUSE_SLACK_MS`] of the stall (not
+    /// counted as outages; reported apart).
+    pub machine_stalls: usize,
+    /// Failed probes of allowed connections the machine explains the same way.
+    pub machine_failures: usize,
     /// Descriptions of the first violations and outages (for the log).
     pub examples: Vec<String>,
 }
@@ -160,7 +254,7 @@ pub fn judge(
     faults: &[FaultSpan],
     probes: &[ProbeRec],
     stalls: &[Stall],
-    pauses: &[Pause],
+    machine: &Machine,
     leader_ttl_ms: u64,
 ) -> Verdict {
     let mut v = Verdict::default();
@@ -212,6 +306,10 @@ pub fn judge(
                 && f.start_ms <= p.end_ms
                 && f.excused_until(leader_ttl_ms) >= p.start_ms
         });
+        if !excused && machine.explains(p.start_ms, p.end_ms, &p.nodes) {
+            v.machine_failures += 1;
+            continue;
+        }
         if !excused {
             v.outages_over_window += 1;
             note(
@@ -237,22 +335,12 @@ pub fn judge(
         // fires, seconds after the path is back: that length is TCP's, not the network's (new
         // connections, probed every round, measure the network).
         // A stream whose own thread was not running cannot tell a slow network from its
-        // own pause: a stall during which the bench was paused for all but the slack (its
-        // pauses added up: a busy machine pauses it several times in a row) is the bench's,
-        // not the network's.
-        let paused_ms: u64 = pauses
-            .iter()
-            .map(|p| {
-                p.end_ms
-                    .min(s.end_ms)
-                    .saturating_sub(p.start_ms.max(s.start_ms))
-            })
-            .sum();
-        let paused = !excused
-            && paused_ms > 0
-            && s.end_ms.saturating_sub(s.start_ms) <= paused_ms + PAUSE_SLACK_MS;
-        if paused {
-            v.paused_stalls += 1;
+        // own pause, and the lab's switches forward every packet in their ovs-vswitchd's main
+        // thread: a stall during which the bench or a switch on the path could not run (its
+        // spans added up: a busy machine pauses it several times in a row) for all but the
+        // slack is the machine's, not the network's.
+        if !excused && machine.explains(s.start_ms, s.end_ms, &s.nodes) {
+            v.machine_stalls += 1;
             continue;
         }
         if !excused {
@@ -336,7 +424,14 @@ mod tests {
         stalls: &[Stall],
         leader_ttl_ms: u64,
     ) -> Verdict {
-        super::judge(versions, faults, probes, stalls, &[], leader_ttl_ms)
+        super::judge(
+            versions,
+            faults,
+            probes,
+            stalls,
+            &Machine::default(),
+            leader_ttl_ms,
+        )
     }
 
     #[test]
@@ -351,23 +446,56 @@ mod tests {
             start_ms: 10_200,
             end_ms: 11_400,
         };
-        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &[pause], 2_000);
-        assert_eq!((v.outages_over_window, v.paused_stalls), (0, 1));
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            std::slice::from_ref(&s),
+            &Machine {
+                pauses: &[pause],
+                control: &[],
+                sched: &[],
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
         // A pause elsewhere in the run explains nothing.
         let other = Pause {
             start_ms: 50_000,
             end_ms: 51_200,
         };
-        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &[other], 2_000);
-        assert_eq!((v.outages_over_window, v.paused_stalls), (1, 0));
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            std::slice::from_ref(&s),
+            &Machine {
+                pauses: &[other],
+                control: &[],
+                sched: &[],
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_stalls), (1, 0));
         // A stall much longer than the pause inside it is the network's.
         let long = Stall {
             end_ms: 20_000,
             ..s.clone()
         };
-        let v = super::judge(&[], &[], &[], std::slice::from_ref(&long), &[pause], 2_000);
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            std::slice::from_ref(&long),
+            &Machine {
+                pauses: &[pause],
+                control: &[],
+                sched: &[],
+            },
+            2_000,
+        );
         assert_eq!(
-            (v.outages_over_window, v.paused_stalls, v.max_outage_ms),
+            (v.outages_over_window, v.machine_stalls, v.max_outage_ms),
             (1, 0, 10_000)
         );
         // Several pauses in a row (the seed-7 run: 659, 447, 586 and 1236 ms within a 3 s
@@ -390,8 +518,167 @@ mod tests {
                 end_ms: 12_900,
             },
         ];
-        let v = super::judge(&[], &[], &[], &[three], &row, 2_000);
-        assert_eq!((v.outages_over_window, v.paused_stalls), (0, 1));
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            &[three],
+            &Machine {
+                pauses: &row,
+                control: &[],
+                sched: &[],
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
+    }
+
+    /// Samples of node `node`'s switch every 50 ms over `from..to`, each `wait` ms runnable
+    /// without a CPU, blocked or not.
+    fn samples(node: usize, from: u64, to: u64, wait: u64, blocked: bool) -> Vec<Sched> {
+        (from..to)
+            .step_by(50)
+            .map(|t| Sched {
+                node,
+                start_ms: t,
+                end_ms: t + 50,
+                run_ms: 0,
+                wait_ms: wait,
+                blocked,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stall_while_a_switch_on_the_path_could_not_run_is_the_machine_s() {
+        let s = Stall {
+            name: "s".into(),
+            nodes: vec![1, 2],
+            start_ms: 10_000,
+            end_ms: 12_000,
+        };
+        let one = |sched: &[Sched], st: &Stall| {
+            let v = super::judge(
+                &[],
+                &[],
+                &[],
+                std::slice::from_ref(st),
+                &Machine {
+                    pauses: &[],
+                    control: &[],
+                    sched,
+                },
+                2_000,
+            );
+            (v.outages_over_window, v.machine_stalls)
+        };
+        // Node 2's ovs-vswitchd blocked (state D) for 1.8 s of the 2 s: the machine's.
+        assert_eq!(one(&samples(2, 10_100, 11_900, 0, true), &s), (0, 1));
+        // Runnable but without a CPU for 45 ms of every 50: the machine's too.
+        assert_eq!(one(&samples(1, 10_100, 11_900, 45, false), &s), (0, 1));
+        // Waiting 20 ms of every 50 still forwards: the network's.
+        assert_eq!(one(&samples(1, 10_100, 11_900, 20, false), &s), (1, 0));
+        // A switch off the path explains nothing.
+        assert_eq!(one(&samples(3, 10_000, 12_000, 0, true), &s), (1, 0));
+        // Held for 1 s of it: the other second is an outage.
+        assert_eq!(one(&samples(2, 10_000, 11_000, 0, true), &s), (1, 0));
+        // A pause of the bench and a held switch after it add up, overlaps once.
+        let pause = Pause {
+            start_ms: 10_000,
+            end_ms: 11_000,
+        };
+        let held = samples(2, 10_800, 11_800, 0, true);
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            std::slice::from_ref(&s),
+            &Machine {
+                pauses: &[pause],
+                control: &[],
+                sched: &held,
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
+        // A 10 s outage with a 2 s machine stall inside it stays an outage, with its length.
+        let long = Stall {
+            end_ms: 20_000,
+            ..s.clone()
+        };
+        let v = super::judge(
+            &[],
+            &[],
+            &[],
+            &[long],
+            &Machine {
+                pauses: &[],
+                control: &[],
+                sched: &samples(2, 10_000, 12_000, 0, true),
+            },
+            2_000,
+        );
+        assert_eq!(
+            (v.outages_over_window, v.machine_stalls, v.max_outage_ms),
+            (1, 0, 10_000)
+        );
+        // The control stream (no Open vSwitch on its path) stalled over it: the machine did
+        // not move packets at all.
+        let control = Stall {
+            name: "control".into(),
+            nodes: vec![],
+            start_ms: 9_950,
+            end_ms: 11_900,
+        };
+        let m = Machine {
+            pauses: &[],
+            control: std::slice::from_ref(&control),
+            sched: &[],
+        };
+        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &m, 2_000);
+        assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
+        let later = Stall {
+            start_ms: 30_000,
+            end_ms: 32_000,
+            ..control.clone()
+        };
+        let m = Machine {
+            control: std::slice::from_ref(&later),
+            ..m
+        };
+        let v = super::judge(&[], &[], &[], std::slice::from_ref(&s), &m, 2_000);
+        assert_eq!((v.outages_over_window, v.machine_stalls), (1, 0));
+        // A probe of an allowed pair that timed out while the switch of its source could not
+        // run is the machine's; the same failure with the switches running is an outage.
+        let vs = versions();
+        let p = probe(5_000, false);
+        let p = ProbeRec { end_ms: 6_500, ..p };
+        let v = super::judge(
+            &vs,
+            &[],
+            std::slice::from_ref(&p),
+            &[],
+            &Machine {
+                pauses: &[],
+                control: &[],
+                sched: &samples(1, 5_000, 6_500, 50, false),
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_failures), (0, 1));
+        let v = super::judge(
+            &vs,
+            &[],
+            &[p],
+            &[],
+            &Machine {
+                pauses: &[],
+                control: &[],
+                sched: &[],
+            },
+            2_000,
+        );
+        assert_eq!((v.outages_over_window, v.machine_failures), (1, 0));
     }
 
     fn key(n: &str) -> PodKey {

@@ -13,7 +13,9 @@ pub mod cluster;
 pub mod faults;
 pub mod history;
 pub mod judge;
+pub mod logs;
 pub mod probes;
+pub mod sched;
 pub mod truth;
 pub mod workload;
 
@@ -102,6 +104,8 @@ struct Outcome {
     etcd_rss_growth: (f64, f64),
     /// Times the bench itself was not scheduled for 300 ms or more.
     bench_pauses: usize,
+    /// Stalls of the control stream (no Open vSwitch on its path).
+    control_stalls: usize,
     errors: Vec<String>,
 }
 
@@ -117,6 +121,12 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let c = Cluster::start(o.mode, o.leader_ttl, &o.shim_extra)?;
     h.log("cluster-up", serde_json::json!({"lab": c.lab.id()}));
     let out = run(&c, &h, &o);
+    // The logs go with the lab: kept beside the history (a replica's panic, a switch's stall).
+    let kept = logs::dir_for(h.path());
+    match logs::keep(&c, &kept) {
+        Ok(n) => eprintln!("soak: {n} logs kept in {}", kept.display()),
+        Err(e) => eprintln!("soak: keeping the logs: {e}"),
+    }
     let out = match out {
         Ok(out) => out,
         Err(e) => {
@@ -137,7 +147,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "verdict",
         serde_json::json!({
             "line": line, "probes": v.probes, "transitional": v.transitional, "steps": out.steps,
-            "bench_pauses": out.bench_pauses, "paused_stalls": v.paused_stalls,
+            "bench_pauses": out.bench_pauses, "control_stalls": out.control_stalls, "machine_stalls": v.machine_stalls, "machine_failures": v.machine_failures,
             "rss_growth_pct": out.rss_growth_pct, "examples": v.examples, "errors": out.errors,
         }),
     );
@@ -146,13 +156,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
         eprintln!("soak: {e}");
     }
     eprintln!(
-        "soak: seed={} mode={} probes={} transitional={} bench_pauses={} paused_stalls={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
+        "soak: seed={} mode={} probes={} transitional={} bench_pauses={} control_stalls={} machine_stalls={} machine_failures={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
         o.seed,
         o.mode.config_name(),
         v.probes,
         v.transitional,
         out.bench_pauses,
-        v.paused_stalls,
+        out.control_stalls,
+        v.machine_stalls,
+        v.machine_failures,
         out.steps,
         out.rss_growth_pct * 100.0,
         out.etcd_rss_growth.0,
@@ -191,7 +203,16 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     let mut out = Outcome::default();
     std::thread::scope(|s| -> Result<(), String> {
         s.spawn(|| probes::pause_monitor(h, &rec, &stop_probes));
-        probes::start_streams(s, h, &world, &rec, &stop_probes, Arc::clone(&server_stop))?;
+        s.spawn(|| sched::monitor(c, h, &rec, &stop_probes));
+        probes::start_streams(
+            s,
+            c,
+            h,
+            &world,
+            &rec,
+            &stop_probes,
+            Arc::clone(&server_stop),
+        )?;
         let prober = s.spawn(|| {
             let plan = probes::ProbePlan {
                 seed: o.seed ^ 0x5eed_0002,
@@ -314,14 +335,22 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     let probes = std::mem::take(&mut *lock(&rec.probes));
     let stalls = std::mem::take(&mut *lock(&rec.stalls));
     let pauses = std::mem::take(&mut *lock(&rec.pauses));
+    let sched = std::mem::take(&mut *lock(&rec.sched));
+    let control = std::mem::take(&mut *lock(&rec.control));
+    let machine = judge::Machine {
+        pauses: &pauses,
+        control: &control,
+        sched: &sched,
+    };
     out.verdict = judge::judge(
         &w.versions,
         &spans,
         &probes,
         &stalls,
-        &pauses,
+        &machine,
         o.leader_ttl * 1000,
     );
+    out.control_stalls = control.len();
     out.bench_pauses = pauses.len();
     out.errors = errors;
     Ok(out)

@@ -17,7 +17,7 @@ use crate::tcp::{enter_netns, in_netns};
 
 use super::cluster::{lock, Cluster, EGRESS_NODE, OUTSIDE_TCP, OUTSIDE_UDP};
 use super::history::History;
-use super::judge::{Pause, ProbeRec, Stall, Target};
+use super::judge::{Pause, ProbeRec, Sched, Stall, Target};
 use super::truth::{PodKey, Proto};
 use super::workload::{PodRun, World, TCP_PORT, UDP_PORT};
 
@@ -26,6 +26,8 @@ const GROUP: Ipv4Addr = Ipv4Addr::new(239, 7, 7, 7);
 const MC_PORT: u16 = 5007;
 /// Port of the established streams' echo servers.
 const STREAM_PORT: u16 = 7007;
+/// Underlay host numbers of the control stream's ends.
+const CONTROL_HOSTS: (u8, u8) = (103, 104);
 /// A round trip of an established stream slower than this is a stall (one lost packet's
 /// retransmission on a busy machine stays under it).
 pub const STALL: Duration = Duration::from_millis(1_000);
@@ -47,6 +49,10 @@ pub struct Recorded {
     pub stream_round_trips: Mutex<u64>,
     /// Times the bench itself was not scheduled (see [`pause_monitor`]).
     pub pauses: Mutex<Vec<Pause>>,
+    /// Stalls of the control stream (no Open vSwitch on its path).
+    pub control: Mutex<Vec<Stall>>,
+    /// Intervals of the nodes' `ovs-vswitchd` main threads (see [`super::sched`]).
+    pub sched: Mutex<Vec<Sched>>,
 }
 
 /// How the prober draws its rounds.
@@ -382,9 +388,10 @@ impl Drop for McReceiver {
     }
 }
 
-/// Starts an echo server on the `steady` pod `to` (every connection echoed on its own thread).
-fn echo_server(to: &PodRun, stop: Arc<AtomicBool>) -> Result<(), String> {
-    let l = crate::cni::bind_tcp_in_netns(&to.netns, (to.ip, STREAM_PORT).into())
+/// Starts an echo server on `ip` in namespace `netns` (every connection echoed on its own
+/// thread).
+fn echo_server(netns: &str, ip: Ipv4Addr, stop: Arc<AtomicBool>) -> Result<(), String> {
+    let l = crate::cni::bind_tcp_in_netns(netns, (ip, STREAM_PORT).into())
         .map_err(|e| e.to_string())?;
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
@@ -423,10 +430,13 @@ fn echo_server(to: &PodRun, stop: Arc<AtomicBool>) -> Result<(), String> {
 
 /// Starts the established streams between the `steady` pods (1→2, 2→3, 3→1): a line every
 /// 100 ms echoed back; a round trip over [`STALL`] or a broken connection is recorded as a
-/// [`Stall`] from the last good round trip to the next one. Returns once every stream has made
-/// a round trip.
+/// [`Stall`] from the last good round trip to the next one. And the control stream, the same
+/// between two hosts of the lab's underlay, a Linux bridge: no Open vSwitch and nothing of
+/// flowmesh on its path, so when it stalls the machine (its kernel, or the bench's own threads)
+/// did not move packets. Returns once every stream has made a round trip.
 pub fn start_streams<'s>(
     scope: &'s std::thread::Scope<'s, '_>,
+    c: &Cluster,
     h: &'s History,
     world: &Mutex<World>,
     rec: &'s Recorded,
@@ -442,17 +452,42 @@ pub fn start_streams<'s>(
     };
     let pods = [get("steady-1")?, get("steady-2")?, get("steady-3")?];
     for p in &pods {
-        echo_server(p, Arc::clone(&server_stop))?;
+        echo_server(&p.netns, p.ip, Arc::clone(&server_stop))?;
     }
+    let (ctl_a, _) = c
+        .lab
+        .add_underlay_host("ctla", CONTROL_HOSTS.0)
+        .map_err(|e| format!("control host A: {e}"))?;
+    let (ctl_b, ctl_b_ip) = c
+        .lab
+        .add_underlay_host("ctlb", CONTROL_HOSTS.1)
+        .map_err(|e| format!("control host B: {e}"))?;
+    echo_server(&ctl_b, ctl_b_ip, Arc::clone(&server_stop))?;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let mut ends = Vec::new();
     for (i, j) in [(0usize, 1usize), (1, 2), (2, 0)] {
-        let (from, to) = (Arc::clone(&pods[i]), Arc::clone(&pods[j]));
-        let name = format!("steady-{}->steady-{}", i + 1, j + 1);
+        ends.push(StreamEnds {
+            name: format!("steady-{}->steady-{}", i + 1, j + 1),
+            netns: pods[i].netns.clone(),
+            dst: SocketAddrV4::new(pods[j].ip, STREAM_PORT),
+            nodes: vec![pods[i].node, pods[j].node],
+            control: false,
+        });
+    }
+    ends.push(StreamEnds {
+        name: "control ctla->ctlb".into(),
+        netns: ctl_a,
+        dst: SocketAddrV4::new(ctl_b_ip, STREAM_PORT),
+        nodes: Vec::new(),
+        control: true,
+    });
+    let n = ends.len();
+    for e in ends {
         let tx = tx.clone();
-        scope.spawn(move || stream(h, rec, stop, &from, &to, &name, tx));
+        scope.spawn(move || stream(h, rec, stop, &e, tx));
     }
     drop(tx);
-    for _ in 0..3 {
+    for _ in 0..n {
         rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
             "an established stream did not make its first round trip in 60 s".to_owned()
         })?;
@@ -460,18 +495,34 @@ pub fn start_streams<'s>(
     Ok(())
 }
 
+/// The two ends of a stream.
+struct StreamEnds {
+    name: String,
+    /// Namespace of the client.
+    netns: String,
+    /// The echo server.
+    dst: SocketAddrV4,
+    /// Nodes on its path (none for the control stream).
+    nodes: Vec<usize>,
+    /// The control stream: its stalls go to [`Recorded::control`].
+    control: bool,
+}
+
 fn stream(
     h: &History,
     rec: &Recorded,
     stop: &AtomicBool,
-    from: &PodRun,
-    to: &PodRun,
-    name: &str,
+    ends: &StreamEnds,
     ready: std::sync::mpsc::Sender<()>,
 ) {
-    let dst = SocketAddr::V4(SocketAddrV4::new(to.ip, STREAM_PORT));
-    let nodes = vec![from.node, to.node];
-    let ns = from.netns.clone();
+    let dst = SocketAddr::V4(ends.dst);
+    let (name, nodes) = (ends.name.as_str(), ends.nodes.clone());
+    let ns = ends.netns.clone();
+    let (event, sink) = if ends.control {
+        ("control-stall", &rec.control)
+    } else {
+        ("stall", &rec.stalls)
+    };
     let mut last_good = h.ms();
     let mut stalled: Option<u64> = None;
     let mut seq = 0u64;
@@ -534,10 +585,10 @@ fn stream(
                 end_ms: now,
             };
             h.log(
-                "stall",
+                event,
                 serde_json::json!({"stream": name, "start_ms": since, "end_ms": now}),
             );
-            lock(&rec.stalls).push(st);
+            lock(sink).push(st);
         }
         last_good = now;
         *lock(&rec.stream_round_trips) += 1;
@@ -548,7 +599,7 @@ fn stream(
     }
     if let Some(since) = stalled {
         let now = h.ms();
-        lock(&rec.stalls).push(Stall {
+        lock(sink).push(Stall {
             name: name.to_owned(),
             nodes,
             start_ms: since,
