@@ -57,6 +57,18 @@ fn copy_logs(from: &Path, to: &Path, prefix: &str) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Removes the logs (files only, nothing else) directly in `dir`.
+fn clear_logs(dir: &Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_file()) && is_log(&p) {
+            std::fs::remove_file(&p).map_err(|e| format!("remove {}: {e}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn copy_tail(src: &Path, dst: &Path) -> std::io::Result<()> {
     let mut f = std::fs::File::open(src)?;
     let len = f.metadata()?.len();
@@ -68,9 +80,11 @@ fn copy_tail(src: &Path, dst: &Path) -> std::io::Result<()> {
     std::fs::write(dst, buf)
 }
 
-/// Copies the lab's and etcd's logs to `to` (made if missing); how many files.
+/// Copies the lab's and etcd's logs to `to` (made if missing; the logs an earlier run left
+/// there are removed first, so the directory holds this run's only); how many files.
 pub fn keep(c: &Cluster, to: &Path) -> Result<usize, String> {
     std::fs::create_dir_all(to).map_err(|e| format!("create {}: {e}", to.display()))?;
+    clear_logs(to)?;
     let mut n = copy_logs(c.lab.run_dir(), to, "")?;
     let etcd = lock(&c.etcd).run_path().to_path_buf();
     n += copy_logs(&etcd, to, "etcd__")?;
@@ -98,6 +112,13 @@ mod tests {
         );
         assert!(to.join("controller.0.log").exists());
         assert!(!to.join("node1__conf.db").exists());
+        // A second run's logs replace the first's; other files stay.
+        std::fs::write(to.join("notes.txt"), "mine").expect("test file");
+        std::fs::remove_file(from.join("controller.0.log")).expect("test file");
+        clear_logs(&to).expect("clear");
+        assert_eq!(copy_logs(&from, &to, "").expect("test file"), 1);
+        assert!(!to.join("controller.0.log").exists());
+        assert!(to.join("notes.txt").exists());
         assert_eq!(
             dir_for(Path::new("/x/ci-seed33.jsonl")),
             PathBuf::from("/x/ci-seed33.logs")
