@@ -119,6 +119,8 @@ pub struct ControllerOptions {
     pub log: String,
     /// Extra arguments.
     pub extra: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl ControllerOptions {
@@ -131,6 +133,7 @@ impl ControllerOptions {
                 .into(),
             log: "info".into(),
             extra: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -256,11 +259,13 @@ impl LabController {
         }
         args.extend(self.opts.extra.iter().cloned());
         let arg_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut env = vec![("RUST_LOG", self.opts.log.as_str())];
+        env.extend(self.opts.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let p = lab.spawn_in(
             lab.controller_ns(),
             &bins.controller.display().to_string(),
             &arg_ref,
-            &[("RUST_LOG", self.opts.log.as_str())],
+            &env,
         )?;
         self.pid = Some(p.pid);
         self.logs.push(p.log.clone());

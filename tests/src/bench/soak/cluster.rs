@@ -72,6 +72,17 @@ pub struct Cluster {
     pub udp: UdpRecorder,
     /// The cluster mode.
     pub mode: Mode,
+    /// Each replica's libfaketime offset file (`--clock-steps`; None: clocks are left alone).
+    pub clock_files: Option<Vec<PathBuf>>,
+}
+
+/// libfaketime (Debian's `faketime` package), the thread-safe variant.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Writes replica clock file `f`: the replica's wall clock runs `secs` seconds off the
+/// machine's (its monotonic clock is left alone, as a stepped wall clock leaves it).
+pub fn set_clock(f: &std::path::Path, secs: i64) -> Result<(), String> {
+    std::fs::write(f, format!("{secs:+}\n")).map_err(|e| format!("{}: {e}", f.display()))
 }
 
 /// The node that hosts the egress IP.
@@ -79,8 +90,28 @@ pub const EGRESS_NODE: usize = 3;
 
 impl Cluster {
     /// Starts everything and waits until a leader holds every switch, synced.
-    pub fn start(mode: Mode, leader_ttl: u64, shim_extra: &[String]) -> Result<Cluster, String> {
+    pub fn start(
+        mode: Mode,
+        leader_ttl: u64,
+        shim_extra: &[String],
+        clock_steps: bool,
+    ) -> Result<Cluster, String> {
+        if clock_steps && !std::path::Path::new(LIBFAKETIME).exists() {
+            return Err(format!(
+                "--clock-steps needs {LIBFAKETIME} (Debian's faketime; scripts/deps.sh installs it)"
+            ));
+        }
         let lab = crate::e2e::cni_lab_result().map_err(|e| format!("lab: {e}"))?;
+        let clock_files: Option<Vec<PathBuf>> = clock_steps.then(|| {
+            (0..REPLICAS)
+                .map(|i| lab.run_dir().join(format!("clock-r{i}")))
+                .collect()
+        });
+        if let Some(files) = &clock_files {
+            for f in files {
+                set_clock(f, 0)?;
+            }
+        }
         let etcd = EtcdCluster::start_in(3, Some(lab.controller_ns()))?;
         let eps = etcd.endpoints();
         let mut base = ControllerOptions::multitenant();
@@ -106,6 +137,17 @@ impl Cluster {
             ]
             .map(String::from)
             .to_vec();
+            if let Some(files) = &clock_files {
+                let i: usize = id.trim_start_matches('r').parse().unwrap_or(0);
+                let file = files.get(i).map(|f| f.display().to_string());
+                o.env = vec![
+                    ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+                    ("FAKETIME_TIMESTAMP_FILE".into(), file.unwrap_or_default()),
+                    // Read again at most every second; the monotonic clock stays the machine's.
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ];
+            }
             o
         };
         let mut replicas: Vec<LabController> = Vec::new();
@@ -153,6 +195,7 @@ impl Cluster {
             outside,
             udp,
             mode,
+            clock_files,
             lab,
         };
         let t0 = Instant::now();

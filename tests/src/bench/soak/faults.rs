@@ -1,6 +1,7 @@
 //! The soak's faults, drawn from the seed: kill -9 and SIGSTOP/SIGCONT of the leader and of
 //! standbys, an etcd member killed and restarted, a shim killed and restarted, a switch's
-//! OpenFlow connection cut, br0 deleted, a node's underlay link down and up. At most two at
+//! OpenFlow connection cut, br0 deleted, a node's underlay link down and up, and with
+//! `--clock-steps` a replica's wall clock stepped (libfaketime, never the machine's). At most two at
 //! once, never two on one target, never every replica nor two etcd members down.
 
 use std::time::{Duration, Instant};
@@ -32,7 +33,13 @@ pub enum Hit {
     Br0Delete(usize),
     /// Node n's underlay link down.
     LinkDown(usize),
+    /// Replica i's wall clock stepped by the seconds given (`--clock-steps`; stepped back at
+    /// the end). Two instant faults for the judge: the step and the step back.
+    ClockStep(usize, i64),
 }
+
+/// With `--clock-steps`, the share of fault draws that step a replica's clock.
+const CLOCK_STEP_SHARE: f64 = 0.1;
 
 /// A fault in progress.
 #[derive(Debug, Clone)]
@@ -79,84 +86,99 @@ pub fn start_one(
         .iter()
         .filter(|a| matches!(a.hit, Hit::ReplicaKill(_) | Hit::ReplicaStop(_)))
         .count();
-    let (kind, hit, leader, dur) = match roll {
-        0..=29 => {
-            // A replica: the leader half of the time.
-            if replica_faults >= REPLICAS - 1 {
-                return Ok(None);
-            }
-            let want_leader = rng.random_bool(0.5);
-            let stop = rng.random_bool(0.5);
-            let leader = if want_leader { c.leader() } else { None };
-            let up = c.up_replicas(rng.random_range(0..REPLICAS));
-            let i = match leader {
-                Some(l) => l,
-                None => {
-                    let l = c.leader();
-                    match up.into_iter().find(|&i| Some(i) != l) {
-                        Some(i) => i,
-                        None => return Ok(None),
-                    }
+    // Drawn only with --clock-steps, so that the seeds of runs without it keep their faults.
+    let clock = c.clock_files.is_some()
+        && rng.random_bool(CLOCK_STEP_SHARE)
+        && !active.iter().any(|a| matches!(a.hit, Hit::ClockStep(..)));
+    let (kind, hit, leader, dur) = if clock {
+        // Within the lab certificates' 5 minutes of back-dating either way.
+        let secs = rng.random_range(5..=240_i64) * if rng.random_bool(0.5) { 1 } else { -1 };
+        (
+            "clock-step".to_owned(),
+            Hit::ClockStep(rng.random_range(0..REPLICAS), secs),
+            false,
+            hold(rng, 2_000, 20_000),
+        )
+    } else {
+        match roll {
+            0..=29 => {
+                // A replica: the leader half of the time.
+                if replica_faults >= REPLICAS - 1 {
+                    return Ok(None);
                 }
-            };
-            if lock(&c.replica_state)[i] != ReplicaState::Up {
-                return Ok(None);
+                let want_leader = rng.random_bool(0.5);
+                let stop = rng.random_bool(0.5);
+                let leader = if want_leader { c.leader() } else { None };
+                let up = c.up_replicas(rng.random_range(0..REPLICAS));
+                let i = match leader {
+                    Some(l) => l,
+                    None => {
+                        let l = c.leader();
+                        match up.into_iter().find(|&i| Some(i) != l) {
+                            Some(i) => i,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                if lock(&c.replica_state)[i] != ReplicaState::Up {
+                    return Ok(None);
+                }
+                let is_leader = leader == Some(i);
+                let who = if is_leader { "leader" } else { "standby" };
+                if stop {
+                    (
+                        format!("{who}-stop"),
+                        Hit::ReplicaStop(i),
+                        is_leader,
+                        hold(rng, 1_000, 6_000),
+                    )
+                } else {
+                    (
+                        format!("{who}-kill"),
+                        Hit::ReplicaKill(i),
+                        is_leader,
+                        hold(rng, 1_000, 8_000),
+                    )
+                }
             }
-            let is_leader = leader == Some(i);
-            let who = if is_leader { "leader" } else { "standby" };
-            if stop {
+            30..=41 => {
+                if active.iter().any(|a| matches!(a.hit, Hit::EtcdKill(_))) {
+                    return Ok(None);
+                }
+                let i = rng.random_range(0..3);
                 (
-                    format!("{who}-stop"),
-                    Hit::ReplicaStop(i),
-                    is_leader,
-                    hold(rng, 1_000, 6_000),
-                )
-            } else {
-                (
-                    format!("{who}-kill"),
-                    Hit::ReplicaKill(i),
-                    is_leader,
-                    hold(rng, 1_000, 8_000),
+                    "etcd-kill".into(),
+                    Hit::EtcdKill(i),
+                    false,
+                    hold(rng, 2_000, 10_000),
                 )
             }
-        }
-        30..=41 => {
-            if active.iter().any(|a| matches!(a.hit, Hit::EtcdKill(_))) {
-                return Ok(None);
-            }
-            let i = rng.random_range(0..3);
-            (
-                "etcd-kill".into(),
-                Hit::EtcdKill(i),
+            42..=55 if !busy_node => (
+                "shim-kill".into(),
+                Hit::ShimKill(node),
                 false,
-                hold(rng, 2_000, 10_000),
-            )
+                hold(rng, 500, 5_000),
+            ),
+            56..=69 if !busy_node => (
+                "switch-cut".into(),
+                Hit::SwitchCut(node),
+                false,
+                hold(rng, 500, 5_000),
+            ),
+            70..=82 if !busy_node => (
+                "br0-delete".into(),
+                Hit::Br0Delete(node),
+                false,
+                Duration::ZERO,
+            ),
+            83..=99 if !busy_node => (
+                "link-down".into(),
+                Hit::LinkDown(node),
+                false,
+                hold(rng, 1_000, 8_000),
+            ),
+            _ => return Ok(None),
         }
-        42..=55 if !busy_node => (
-            "shim-kill".into(),
-            Hit::ShimKill(node),
-            false,
-            hold(rng, 500, 5_000),
-        ),
-        56..=69 if !busy_node => (
-            "switch-cut".into(),
-            Hit::SwitchCut(node),
-            false,
-            hold(rng, 500, 5_000),
-        ),
-        70..=82 if !busy_node => (
-            "br0-delete".into(),
-            Hit::Br0Delete(node),
-            false,
-            Duration::ZERO,
-        ),
-        83..=99 if !busy_node => (
-            "link-down".into(),
-            Hit::LinkDown(node),
-            false,
-            hold(rng, 1_000, 8_000),
-        ),
-        _ => return Ok(None),
     };
     let start_ms = h.ms();
     match hit {
@@ -206,6 +228,7 @@ pub fn start_one(
                 .run_in(&ul, "ip", &["link", "set", &format!("n{n}"), "down"])
                 .map_err(|e| e.to_string())?;
         }
+        Hit::ClockStep(i, secs) => set_clock_of(c, i, secs)?,
     }
     let a = Active {
         kind,
@@ -221,8 +244,16 @@ pub fn start_one(
     Ok(Some(a))
 }
 
-/// Ends fault `a` (restarts, SIGCONT, link up, OpenFlow let through); its span.
-pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
+fn set_clock_of(c: &Cluster, i: usize, secs: i64) -> Result<(), String> {
+    let files = c.clock_files.as_ref().ok_or("no replica clock files")?;
+    let f = files
+        .get(i)
+        .ok_or_else(|| format!("no clock file for replica r{i}"))?;
+    super::cluster::set_clock(f, secs)
+}
+
+/// Ends fault `a` (restarts, SIGCONT, link up, OpenFlow let through, clock back); its spans.
+pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, String> {
     match a.hit {
         Hit::ReplicaKill(i) => {
             let mut r = lock(&c.replicas);
@@ -250,6 +281,7 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
                 .map_err(|e| e.to_string())?;
         }
         Hit::Br0Delete(_) => {}
+        Hit::ClockStep(i, _) => set_clock_of(c, i, 0)?,
         Hit::LinkDown(n) => {
             let ul = c.lab.underlay_ns().to_owned();
             c.lab
@@ -263,15 +295,62 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<FaultSpan, String> {
         "fault-end",
         serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "start_ms": a.start_ms, "end_ms": end_ms}),
     );
-    Ok(FaultSpan {
+    Ok(spans_of(a, end_ms))
+}
+
+/// The judge's spans of fault `a` that ended at `end_ms`: br0's deletion is instant (the shim
+/// puts it back), and a clock step is two instant faults, the step and the step back (the time
+/// in between is a replica running on another clock, which must change nothing).
+fn spans_of(a: &Active, end_ms: u64) -> Vec<FaultSpan> {
+    let instant = matches!(a.hit, Hit::Br0Delete(_) | Hit::ClockStep(..));
+    let span = FaultSpan {
         kind: a.kind.clone(),
         node: a.node(),
         start_ms: a.start_ms,
-        end_ms: if matches!(a.hit, Hit::Br0Delete(_)) {
-            a.start_ms
-        } else {
-            end_ms
-        },
+        end_ms: if instant { a.start_ms } else { end_ms },
         leader: a.leader,
-    })
+    };
+    if matches!(a.hit, Hit::ClockStep(..)) {
+        let back = FaultSpan {
+            start_ms: end_ms,
+            end_ms,
+            ..span.clone()
+        };
+        return vec![span, back];
+    }
+    vec![span]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn active(hit: Hit) -> Active {
+        Active {
+            kind: "k".into(),
+            hit,
+            leader: false,
+            start_ms: 1_000,
+            until: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn clock_steps_and_br0_deletions_are_instant_for_the_judge() {
+        let at = |v: Vec<FaultSpan>| -> Vec<(u64, u64)> {
+            v.iter().map(|s| (s.start_ms, s.end_ms)).collect()
+        };
+        assert_eq!(
+            at(spans_of(&active(Hit::LinkDown(2)), 5_000)),
+            [(1_000, 5_000)]
+        );
+        assert_eq!(
+            at(spans_of(&active(Hit::Br0Delete(2)), 5_000)),
+            [(1_000, 1_000)]
+        );
+        let step = spans_of(&active(Hit::ClockStep(1, -90)), 9_000);
+        assert_eq!(at(step.clone()), [(1_000, 1_000), (9_000, 9_000)]);
+        // A replica's clock is the control plane's: every probe, no node.
+        assert!(step.iter().all(|s| s.node.is_none() && !s.leader));
+    }
 }

@@ -50,6 +50,7 @@ struct Opts {
     leader_ttl: u64,
     warmup_secs: f64,
     shim_extra: Vec<String>,
+    clock_steps: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -87,6 +88,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         leader_ttl: arg_value(args, "--leader-ttl", 3)?,
         warmup_secs: arg_value(args, "--warmup-secs", (minutes * 60.0 / 5.0).min(300.0))?,
         shim_extra,
+        clock_steps: args.iter().any(|a| a == "--clock-steps"),
     })
 }
 
@@ -118,7 +120,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         serde_json::json!({"minutes": o.minutes, "seed": o.seed, "mode": o.mode.config_name(), "args": args}),
     );
     eprintln!("soak: history in {}", h.path().display());
-    let c = Cluster::start(o.mode, o.leader_ttl, &o.shim_extra)?;
+    let c = Cluster::start(o.mode, o.leader_ttl, &o.shim_extra, o.clock_steps)?;
     h.log("cluster-up", serde_json::json!({"lab": c.lab.id()}));
     let out = run(&c, &h, &o);
     // The logs go with the lab: kept beside the history (a replica's panic, a switch's stall).
@@ -245,7 +247,7 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
                 if active[k].until <= now {
                     let a = active.remove(k);
                     match faults::end(c, h, &a) {
-                        Ok(sp) => spans.push(sp),
+                        Ok(sp) => spans.extend(sp),
                         Err(e) => {
                             errors.push(format!("ending {}: {e}", a.kind));
                             h.log(
@@ -279,7 +281,7 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         }
         for a in active.drain(..) {
             match faults::end(c, h, &a) {
-                Ok(sp) => spans.push(sp),
+                Ok(sp) => spans.extend(sp),
                 Err(e) => errors.push(format!("ending {}: {e}", a.kind)),
             }
         }
