@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole flowmesh test suite: system packages, format check, every test of every crate
 # (unit, codec oracle, real Open vSwitch sandbox, network-namespace end to end, the real
-# Kubernetes cluster), then a subset of the upstream Kubernetes e2e suite (docs/conformance.md).
+# Kubernetes cluster), then a subset of the upstream Kubernetes e2e suite (docs/conformance.md),
+# then the chaos soak: 5 minutes, seed 33 (docs/operations.md), once the cluster is down.
 # Needs root: the tests create network namespaces and run their own Open vSwitch daemons.
 #
 # Every test binary runs even when an earlier one fails (--no-fail-fast); at the end the names
