@@ -431,6 +431,9 @@ async fn shims_watch_the_leader_and_a_new_leader_keeps_their_egress_ips() {
             .unwrap_or_else(|| panic!("standby c{} served WatchEgress", i + 1));
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
         assert!(e.message().contains("standby"), "{e:?}");
+        // Marked as a standby's refusal: what makes the shim move on (a shim that stayed on
+        // its preferred replica, a standby after a takeover, lost its egress IPs for good).
+        assert!(proto::standby::is_refusal(&e), "{e:?}");
     }
     let mut stream = watch(&cs[l]).await.expect("the leader serves WatchEgress");
     let first = stream.message().await.expect("a list").expect("a list");

@@ -81,9 +81,13 @@ pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<Assignmen
 
 /// Why a standby does not serve `WatchEgress` (UNAVAILABLE: the shim tries another replica).
 fn standby_refusal(leader: &str) -> Status {
-    Status::unavailable(format!(
-        "this replica is a standby (leader {leader}): a node watches its egress IPs at the leader"
-    ))
+    // Marked as a standby's refusal (proto::standby): the shim moves on to another replica.
+    proto::standby::refusal(
+        leader,
+        format!(
+            "this replica is a standby (leader {leader}): a node watches its egress IPs at the leader"
+        ),
+    )
 }
 
 /// Sends `node`'s list until the stream closes (or this replica is a standby).
