@@ -51,10 +51,10 @@ struct Node {
 /// (`vswitchd-sched`: on-CPU, runnable-waiting and blocked (state D) time).
 pub fn monitor(c: &Cluster, h: &History, rec: &Recorded, stop: &AtomicBool) {
     let mut nodes: Vec<Option<Node>> = (0..NODES).map(|_| None).collect();
-    let mut refreshed = Instant::now() - Duration::from_secs(10);
+    let mut refreshed: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        if refreshed.elapsed() >= Duration::from_secs(1) {
-            refreshed = Instant::now();
+        if refreshed.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            refreshed = Some(Instant::now());
             for (i, slot) in nodes.iter_mut().enumerate() {
                 let pid = c.lab.node(i + 1).ok().and_then(|n| n.ovs().vswitchd_pid());
                 if slot.as_ref().map(|n| n.pid) != pid {
