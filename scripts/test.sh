@@ -116,7 +116,7 @@ summary=$(summarize <"$log") || summary_status=$?
 # tests brought up: NetworkPolicy specs and the pod-to-pod granular checks. Its last line is
 # the `conformance:` counts.
 conformance_status=0
-bash scripts/conformance.sh --subset ci || conformance_status=$?
+bash scripts/conformance.sh --subset ci --procs 6 || conformance_status=$?
 echo
 if [ "$cargo_status" -ne 0 ] && [ "$summary_status" -eq 0 ]; then
     echo "cargo test exited with status $cargo_status (a build failure, or a test binary that did not run)"

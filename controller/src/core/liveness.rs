@@ -1,5 +1,6 @@
-//! Egress liveness of nodes: a node is offline for egress IPs when its switch is disconnected
-//! or its shim stopped watching (after a grace); a new leader judges it from its own view.
+//! Egress liveness of nodes: a node is offline for egress IPs when its switch is disconnected,
+//! its shim stopped watching (after a grace) or its underlay address stopped answering the
+//! egress probe; a new leader judges it from its own view.
 
 use super::*;
 
@@ -32,7 +33,7 @@ impl Core {
                     format!("node/{node}"),
                     format!("node {node}'s shim watches its egress IPs again"),
                 ));
-                if switch_up {
+                if switch_up && !self.unreachable.contains(node) {
                     self.node_liveness(node, true);
                 }
             }
@@ -61,6 +62,55 @@ impl Core {
             format!("node {node}'s shim stopped watching its egress IPs: they move or drop out"),
         ));
         self.node_liveness(node, false);
+    }
+
+    /// The nodes the egress probe watches: every node that may host egress IPs, by its
+    /// underlay address.
+    pub fn egress_probe_targets(&self) -> Vec<(String, std::net::Ipv4Addr)> {
+        self.model
+            .egress_snapshot()
+            .nodes
+            .keys()
+            .filter_map(|n| self.model.node(n).map(|info| (n.clone(), info.ip)))
+            .collect()
+    }
+
+    /// The egress probe found `node`'s underlay address unreachable (or answering again):
+    /// an unreachable node is offline for egress IPs at once, whatever its switch session
+    /// (whose echo timeout is generous, so as not to drop busy switches) still believes; a
+    /// reachable one is online again once its switch is connected and its shim watching.
+    pub fn node_reachable(&mut self, node: &str, reachable: bool) {
+        let changed = if reachable {
+            self.unreachable.remove(node)
+        } else {
+            self.unreachable.insert(node.to_owned())
+        };
+        if !changed {
+            return;
+        }
+        if reachable {
+            tracing::info!(%node, "the node answers the egress probe again");
+            self.publish(Event::now(
+                "NodeReachable",
+                format!("node/{node}"),
+                format!("node {node} answers the egress probe again"),
+            ));
+            let switch_up = self
+                .model
+                .node(node)
+                .is_some_and(|n| self.connected.contains_key(&n.dpid));
+            if switch_up && !self.shims.get(node).is_some_and(|w| w.lost) {
+                self.node_liveness(node, true);
+            }
+        } else {
+            tracing::warn!(%node, "the node does not answer the egress probe");
+            self.publish(Event::now(
+                "NodeUnreachable",
+                format!("node/{node}"),
+                format!("node {node} does not answer the egress probe over the underlay: its egress IPs move or drop out"),
+            ));
+            self.node_liveness(node, false);
+        }
     }
 
     /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its
@@ -169,7 +219,8 @@ impl Core {
             .collect();
         for (name, dpid) in nodes {
             let online = self.connected.contains_key(&dpid)
-                && !self.shims.get(&name).is_some_and(|w| w.lost);
+                && !self.shims.get(&name).is_some_and(|w| w.lost)
+                && !self.unreachable.contains(&name);
             self.node_liveness(&name, online);
         }
     }
