@@ -5,6 +5,17 @@
 use super::*;
 
 impl Core {
+    /// When this replica is a standby, the leader it knows (`"unknown"` when none): a node's
+    /// shim watches its egress IPs at the leader only, which alone judges shim liveness.
+    pub fn standby_of(&self) -> Option<String> {
+        match self.cfg.leadership.standing() {
+            crate::ha::Standing::Standby { leader, .. } => {
+                Some(leader.unwrap_or_else(|| "unknown".into()))
+            }
+            _ => None,
+        }
+    }
+
     /// A node's shim opened (`open`) or closed a `WatchEgress` stream. When its last stream
     /// closes, returns the epoch to hand to [`Core::shim_grace_over`] after the shim grace.
     pub fn shim_stream(&mut self, node: &str, open: bool) -> Option<(u64, Duration)> {
@@ -163,6 +174,9 @@ impl Core {
             crate::ha::Standing::Alone => return,
         };
         self.publish(Event::now(kind, "controller", msg));
+        if matches!(s, crate::ha::Standing::Leader { .. }) {
+            self.restart_shim_graces();
+        }
         if !matches!(s, crate::ha::Standing::Leader { .. })
             || self.started.elapsed() < self.cfg.liveness_grace
         {
@@ -171,6 +185,28 @@ impl Core {
             return;
         }
         self.rejudge_liveness();
+    }
+
+    /// A new leader forgets what it saw of shims' streams before it led (a shim that once
+    /// watched here and then moved to the leader of the time is not lost): every node without
+    /// a stream here gets a fresh grace to find this replica, and is lost only after it.
+    fn restart_shim_graces(&mut self) {
+        let grace = self.cfg.shim_grace;
+        let handle = self.handle();
+        for (node, w) in &mut self.shims {
+            if w.streams > 0 {
+                continue;
+            }
+            w.lost = false;
+            w.epoch += 1;
+            let (node, epoch) = (node.clone(), w.epoch);
+            if let Some(h) = handle.clone() {
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    let _ = h.read(move |c| c.shim_grace_over(&node, epoch)).await;
+                });
+            }
+        }
     }
 
     /// Every node's egress liveness from this replica's own view: online when its switch is
