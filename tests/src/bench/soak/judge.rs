@@ -434,6 +434,28 @@ mod tests {
         )
     }
 
+    /// The judge of stalls alone, with the machine's own records (pauses of the bench, the
+    /// control stream's stalls, the switches' scheduling samples).
+    fn judge_stalls(
+        stalls: &[Stall],
+        pauses: &[Pause],
+        control: &[Stall],
+        sched: &[Sched],
+    ) -> Verdict {
+        super::judge(
+            &[],
+            &[],
+            &[],
+            stalls,
+            &Machine {
+                pauses,
+                control,
+                sched,
+            },
+            2_000,
+        )
+    }
+
     #[test]
     fn a_stall_the_bench_s_own_pause_explains_is_not_an_outage() {
         let s = Stall {
@@ -446,54 +468,21 @@ mod tests {
             start_ms: 10_200,
             end_ms: 11_400,
         };
-        let v = super::judge(
-            &[],
-            &[],
-            &[],
-            std::slice::from_ref(&s),
-            &Machine {
-                pauses: &[pause],
-                control: &[],
-                sched: &[],
-            },
-            2_000,
-        );
+        let v = judge_stalls(std::slice::from_ref(&s), &[pause], &[], &[]);
         assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
         // A pause elsewhere in the run explains nothing.
         let other = Pause {
             start_ms: 50_000,
             end_ms: 51_200,
         };
-        let v = super::judge(
-            &[],
-            &[],
-            &[],
-            std::slice::from_ref(&s),
-            &Machine {
-                pauses: &[other],
-                control: &[],
-                sched: &[],
-            },
-            2_000,
-        );
+        let v = judge_stalls(std::slice::from_ref(&s), &[other], &[], &[]);
         assert_eq!((v.outages_over_window, v.machine_stalls), (1, 0));
         // A stall much longer than the pause inside it is the network's.
         let long = Stall {
             end_ms: 20_000,
             ..s.clone()
         };
-        let v = super::judge(
-            &[],
-            &[],
-            &[],
-            std::slice::from_ref(&long),
-            &Machine {
-                pauses: &[pause],
-                control: &[],
-                sched: &[],
-            },
-            2_000,
-        );
+        let v = judge_stalls(std::slice::from_ref(&long), &[pause], &[], &[]);
         assert_eq!(
             (v.outages_over_window, v.machine_stalls, v.max_outage_ms),
             (1, 0, 10_000)
@@ -518,18 +507,7 @@ mod tests {
                 end_ms: 12_900,
             },
         ];
-        let v = super::judge(
-            &[],
-            &[],
-            &[],
-            &[three],
-            &Machine {
-                pauses: &row,
-                control: &[],
-                sched: &[],
-            },
-            2_000,
-        );
+        let v = judge_stalls(&[three], &row, &[], &[]);
         assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
     }
 
@@ -558,18 +536,7 @@ mod tests {
             end_ms: 12_000,
         };
         let one = |sched: &[Sched], st: &Stall| {
-            let v = super::judge(
-                &[],
-                &[],
-                &[],
-                std::slice::from_ref(st),
-                &Machine {
-                    pauses: &[],
-                    control: &[],
-                    sched,
-                },
-                2_000,
-            );
+            let v = judge_stalls(std::slice::from_ref(st), &[], &[], sched);
             (v.outages_over_window, v.machine_stalls)
         };
         // Node 2's ovs-vswitchd blocked (state D) for 1.8 s of the 2 s: the machine's.
@@ -588,18 +555,7 @@ mod tests {
             end_ms: 11_000,
         };
         let held = samples(2, 10_800, 11_800, 0, true);
-        let v = super::judge(
-            &[],
-            &[],
-            &[],
-            std::slice::from_ref(&s),
-            &Machine {
-                pauses: &[pause],
-                control: &[],
-                sched: &held,
-            },
-            2_000,
-        );
+        let v = judge_stalls(std::slice::from_ref(&s), &[pause], &[], &held);
         assert_eq!((v.outages_over_window, v.machine_stalls), (0, 1));
         // A 10 s outage with a 2 s machine stall inside it stays an outage, with its length.
         let long = Stall {
