@@ -52,8 +52,8 @@ readonly BASICS='\[sig-network\] Networking Granular Checks: Pods|\[sig-network\
 # What CI runs (about 10 minutes on 2 loaded cores, where the whole NetworkPolicy suite takes
 # 25): NetworkPolicy specs covering each kind of peer and rule (pod and namespace selectors,
 # match expressions, ports, named ports, ipBlock with except, egress, UDP, SCTP in a policy,
-# update and deletion, the API) and the pod-to-pod granular checks (every node's pods to every
-# node's, HTTP and UDP).
+# update and deletion, the API) and all of BASICS (the granular checks, Services, DNS, Proxy,
+# EndpointSlices: about 2.5 minutes of it).
 ci_specs=(
   "should support a 'default-deny-ingress' policy"
   "should support a 'default-deny-all' policy"
@@ -72,7 +72,7 @@ ci_specs=(
   "API should support creating NetworkPolicy API operations"
 )
 ci_netpol=$(IFS='|'; echo "${ci_specs[*]}")
-readonly CI_FOCUS="\\[sig-network\\] Netpol .*($ci_netpol)|\\[sig-network\\] Networking Granular Checks: Pods should function for intra-pod communication: (http|udp)"
+readonly CI_FOCUS="\\[sig-network\\] Netpol .*($ci_netpol)|$BASICS"
 # Skipped always, each for a reason that is not flowmesh's to fix:
 #  - Disruptive|Flaky|Serial: restart or take over the whole cluster, or are known unstable;
 #  - LoadBalancer|Internet|SSH|IPv6|DualStack: a cloud load balancer, the internet, SSH into

@@ -12,6 +12,13 @@
 #                                            test/images/agnhost/Dockerfile: its helper tools
 #                                            from Debian's packages, /coredns, /uploads, porter's
 #                                            certificate, /agnhost and /agnhost-2
+#   registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7
+#                                            test/images/jessie-dnsutils/Dockerfile: Debian with
+#                                            dnsutils (dig, nslookup) and /coredns (the DNS specs'
+#                                            second querier)
+#   registry.k8s.io/coredns/coredns:VERSION  the cluster DNS kube-up.sh runs: CoreDNS's
+#                                            Dockerfile (the static binary, /coredns, user
+#                                            nonroot 65532), VERSION the one upstream.sh built
 #
 # The names and tags are the ones `e2e.test --list-images` prints (docs/cluster.md).
 # Tarballs are cached in ${FLOWMESH_IMAGE_CACHE:-/var/cache/flowmesh-images}, outside the
@@ -33,6 +40,8 @@ readonly FLOWMESH_BINARIES="flowmesh-controller flowmeshctl flowmesh-shim flowme
 readonly FLOWMESH_REF=localhost/flowmesh:0.1.0
 # agnhost's Dockerfile adds, from Alpine: bind-tools curl netcat-openbsd iproute2 iperf bash.
 readonly AGNHOST_PACKAGES="bind9-dnsutils curl netcat-openbsd iproute2 iperf bash"
+# jessie-dnsutils's Dockerfile installs dnsutils (bind9-dnsutils in bookworm) on Debian.
+readonly DNSUTILS_PACKAGES="bind9-dnsutils"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${FLOWMESH_IMAGE_CACHE:-/var/cache/flowmesh-images}
@@ -54,18 +63,14 @@ agnhost_version=$(cat "$upstream_dir/agnhost.version")
 pause_version=$(cat "$upstream_dir/pause.version")
 readonly PAUSE_REF=registry.k8s.io/pause:$pause_version
 readonly AGNHOST_REF=registry.k8s.io/e2e-test-images/agnhost:$agnhost_version
+coredns_version=$(awk '$1 == "coredns" {print $2}' "$upstream_dir/versions")
+[[ -n $coredns_version ]] || { log "no coredns version in $upstream_dir/versions"; exit 1; }
+readonly COREDNS_REF=registry.k8s.io/coredns/coredns:$coredns_version
 k8s_dir=$(ls -d "$upstream_dir/../gomod/k8s.io/kubernetes@"*/ 2>/dev/null | head -n1)
 [[ -d $k8s_dir/test/images/agnhost/porter ]] || { log "no kubernetes module under $upstream_dir/../gomod"; exit 1; }
+readonly DNSUTILS_REF=registry.k8s.io/e2e-test-images/jessie-dnsutils:$(cat "$k8s_dir/test/images/jessie-dnsutils/VERSION")
 
-need=()
-for pkg in mmdebstrap jq; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$root/scripts/deps.sh" mmdebstrap jq
 
 mkdir -p "$cache/rootfs" "$cache/images" "$cache/lists"
 exec 9>"$cache/lock"
@@ -174,6 +179,30 @@ agnhost_tar=$(image "$AGNHOST_REF" '{
     "WorkingDir": "/"
   }' "$agnhost_base" "$scratch/agnhost.tar")
 
+# jessie-dnsutils: test/images/jessie-dnsutils/Dockerfile (Debian, dnsutils, a CoreDNS at /coredns).
+dnsutils_base=$(rootfs dnsutils "$DNSUTILS_PACKAGES")
+mkdir -p "$scratch/dnsutils"
+install -m 0755 "$upstream_bin/coredns" "$scratch/dnsutils/coredns"
+layer_of "$scratch/dnsutils" "$scratch/dnsutils.tar"
+dnsutils_tar=$(image "$DNSUTILS_REF" '{
+    "Cmd": ["/bin/sh"],
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    "WorkingDir": "/"
+  }' "$dnsutils_base" "$scratch/dnsutils.tar")
+
+# coredns: the static binary alone (CoreDNS's Dockerfile: /coredns on a distroless base, user
+# nonroot, port 53; kube-up.sh's Deployment runs it as root with NET_BIND_SERVICE alone, since this
+# layer carries no file capability).
+mkdir -p "$scratch/coredns/etc"
+install -m 0755 "$upstream_bin/coredns" "$scratch/coredns/coredns"
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$scratch/coredns/etc/passwd"
+printf 'root:x:0:\nnonroot:x:65532:\n' >"$scratch/coredns/etc/group"
+layer_of "$scratch/coredns" "$scratch/coredns.tar"
+coredns_tar=$(image "$COREDNS_REF" '{
+    "User": "65532:65532", "Entrypoint": ["/coredns"],
+    "ExposedPorts": {"53/tcp": {}, "53/udp": {}}
+  }' "$scratch/coredns.tar")
+
 # flowmesh: deploy/Containerfile's runtime stage.
 flowmesh_base=$(rootfs flowmesh "$FLOWMESH_PACKAGES")
 for b in $FLOWMESH_BINARIES; do
@@ -195,7 +224,8 @@ flowmesh_tar=$(image "$FLOWMESH_REF" '{
     "WorkingDir": "/"
   }' "$flowmesh_base" "$scratch/flowmesh.tar")
 
-list_body=$(printf '%s %s\n' "$PAUSE_REF" "$pause_tar" "$AGNHOST_REF" "$agnhost_tar" "$FLOWMESH_REF" "$flowmesh_tar")
+list_body=$(printf '%s %s\n' "$PAUSE_REF" "$pause_tar" "$AGNHOST_REF" "$agnhost_tar" \
+  "$DNSUTILS_REF" "$dnsutils_tar" "$COREDNS_REF" "$coredns_tar" "$FLOWMESH_REF" "$flowmesh_tar")
 list=$cache/lists/$(echo "$list_body" | hash_of).list
 echo "$list_body" >"$list"
 echo "$list"

@@ -15,7 +15,13 @@
 # * then `kubectl apply` of deploy/crds.yaml and deploy/kubernetes/ (the ConfigMap's
 #   `controllers`, `openflow-targets` and mode set for this cluster, as docs/install.md says to
 #   edit them), the controller's TLS Secret and each node's certificate from `flowmeshctl
-#   certs lab`; it waits until the controller replicas are Ready and every node is Ready.
+#   certs lab`; it waits until the controller replicas are Ready and every node is Ready;
+# * routes from the control plane's namespace to each node's pod subnet via that node (the API
+#   server reaches pods as on masters that are nodes);
+# * then the cluster DNS, CoreDNS (scripts/cluster/coredns.yaml: cluster.local only, no
+#   forwarder) behind kube-system/kube-dns at 172.30.0.10, kubelet's clusterDNS; in multitenant
+#   mode kube-system is made global first (NETID 0, as OpenShift makes its DNS project global),
+#   so that every project reaches it.
 #
 #   scripts/kube-up.sh [--mode multitenant|networkpolicy|subnet] [--bin-dir DIR]
 #
@@ -43,6 +49,7 @@ readonly PREFIX=172.31.200
 readonly CP_IP=$PREFIX.254
 readonly SERVICE_CIDR=172.30.0.0/16
 readonly SERVICE_IP=172.30.0.1
+readonly CLUSTER_DNS_IP=172.30.0.10
 readonly CLUSTER_CIDR=10.128.0.0/14
 readonly UL=fmk-ul CP=fmk-cp
 
@@ -62,15 +69,7 @@ exec 8>"$dir.lock"
 flock 8
 
 # --- what it needs ----------------------------------------------------------------------------
-need=()
-for pkg in openvswitch-switch iproute2 iptables conntrack etcd-server containernetworking-plugins openssl jq util-linux ethtool; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$root/scripts/deps.sh" openvswitch-switch iproute2 iptables conntrack etcd-server containernetworking-plugins openssl jq util-linux ethtool
 
 UPSTREAM_BIN=$(bash "$root/scripts/upstream.sh" | tail -n1)
 image_list=$(bash "$root/scripts/images.sh" "${bin_args[@]}" | tail -n1)
@@ -81,7 +80,7 @@ K=$UPSTREAM_BIN
 # Reuse a healthy cluster of the same mode made from the same images, manifests and script
 # (a rebuilt flowmesh binary gives a new image: the old cluster is stopped and a new one made).
 cluster_key=$(
-  { echo "$mode"; cat "$image_list"; cat "$root"/deploy/crds.yaml "$root"/deploy/kubernetes/*.yaml "$root/scripts/kube-up.sh"; } |
+  { echo "$mode"; cat "$image_list"; cat "$root"/deploy/crds.yaml "$root"/deploy/kubernetes/*.yaml "$root/scripts/kube-up.sh" "$root/scripts/cluster/coredns.yaml"; } |
     sha256sum | cut -c1-16
 )
 if [[ -f $dir/env && -f $dir/up ]] && [[ $(cat "$dir/key" 2>/dev/null) == "$cluster_key" ]]; then
@@ -121,14 +120,20 @@ sysctl -n vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes >"$dir/sysctl.before"
 
 # --- the processes: each one's PID in pids/NAME, its output in logs/NAME.log --------------------
-# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session, without the
-# lock's descriptor (a daemon holding it would block every later kube-up).
+# spawn NAME NETNS MOUNTNS_FILE|- CGROUP|- COMMAND...: started in its own session, with no
+# descriptor but stdin, stdout and stderr: not this script's lock (a daemon holding it would
+# block every later kube-up), nor whatever its caller left open (a caller's own flock, the pipe
+# of a test runner's output), which a daemon would otherwise hold for the cluster's lifetime.
 spawn() {
   local name=$1 netns=$2 mnt=$3 cg=$4
   shift 4
   local enter=(nsenter "--net=/run/netns/$netns")
   [[ $mnt != - ]] && enter+=("--mount=$mnt")
   setsid "${enter[@]}" -- bash -c '
+      for fd in /proc/self/fd/*; do
+        fd=${fd##*/}
+        ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+      done
       cg=$1; shift
       if [[ $cg != - ]]; then
         for h in /sys/fs/cgroup/*/; do
@@ -294,7 +299,10 @@ start_node() {
   ip link add "$n-eth0" netns $ns type veth peer name "$n" netns $UL
   ip -n $UL link set "$n" master br-ul up
   ip -n $ns link set "$n-eth0" name eth0
-  ip -n $ns link set eth0 up
+  # eth0 is br-phy's port, not an interface of the node's own: without `arp off` the node's
+  # kernel answers underlay ARP for the node's address a second time, from eth0's MAC, and a
+  # peer's Open vSwitch that kept that answer sent VXLAN to a MAC br-phy does not take in.
+  ip -n $ns link set eth0 arp off up
   ip -n $ns link set lo up
   ip netns exec $ns ethtool -K eth0 tx off >/dev/null
   # Cgroups: the node's own root in every hierarchy (cpuset with its parent's cpus and mems).
@@ -414,6 +422,7 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 clusterDomain: cluster.local
+clusterDNS: [$CLUSTER_DNS_IP]
 resolvConf: "$dir/resolv.conf"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -443,7 +452,8 @@ EOF
   spawn "$n-kube-proxy" $ns "$mnt" "$cg/system" env "PATH=$K:$PATH" "$K/kube-proxy" --config="$nd/kube-proxy.yaml" --v=1
 }
 
-# The resolver configuration pods get: no server (cluster DNS is not run; nothing may leave).
+# The resolver configuration of the nodes, which pods with dnsPolicy Default (CoreDNS among them)
+# get: no server (nothing may leave the machine). ClusterFirst pods get the cluster DNS.
 echo "# flowmesh-kube: no upstream resolver" >"$dir/resolv.conf"
 
 # flowmesh's certificates: the controller's for the nodes' addresses (the replicas run with host
@@ -502,6 +512,38 @@ log "waiting for the controller replicas, the node shims and Ready nodes"
 wait_for "controller Deployment available" 300 kubectl_cp -n flowmesh rollout status deployment/flowmesh-controller --timeout=5s
 wait_for "node DaemonSet rolled out" 300 kubectl_cp -n flowmesh rollout status daemonset/flowmesh-node --timeout=5s
 wait_for "nodes Ready" 300 kubectl_cp wait --for=condition=Ready node --all --timeout=5s
+
+# The control plane reaches pods as on masters that are nodes (OpenShift's are: the API server's
+# proxy to pods and services, webhooks): a route in its namespace for each node's pod subnet via
+# that node, whose tun0 takes it into br0 (traffic from a node, NETID 0). Each reply leaves the
+# pod's own node the way the request came.
+hostsubnets() {
+  kubectl_cp get hostsubnets -o jsonpath='{range .items[*]}{.subnet} {.hostIP}{"\n"}{end}'
+}
+all_hostsubnets() { [[ $(hostsubnets | grep -c .) -eq $NODES ]]; }
+wait_for "a HostSubnet for every node" 120 all_hostsubnets
+while read -r subnet host_ip; do
+  ip -n $CP route replace "$subnet" via "$host_ip"
+done < <(hostsubnets)
+
+log "cluster DNS (CoreDNS at $CLUSTER_DNS_IP)"
+if [[ $mode == multitenant ]]; then
+  # `oc adm pod-network make-projects-global kube-system`: the annotation on its NetNamespace,
+  # carried out (NETID 0) and removed by the controller.
+  wait_for "NetNamespace kube-system" 120 kubectl_cp get netnamespace kube-system
+  kubectl_cp annotate --overwrite netnamespace kube-system \
+    pod.network.openshift.io/multitenant.change-network=global >/dev/null
+  kube_system_global() {
+    [[ $(kubectl_cp get netnamespace kube-system -o jsonpath='{.netid}/{.metadata.annotations.pod\.network\.openshift\.io/multitenant\.change-network}') == 0/ ]]
+  }
+  wait_for "kube-system made global" 120 kube_system_global
+fi
+coredns_image=$(awk '$1 ~ /coredns:/ {print $1}' "$image_list")
+[[ -n $coredns_image ]] || fail "no coredns image in $image_list"
+sed -e "s|COREDNS_IMAGE|$coredns_image|" -e "s|CLUSTER_DNS_IP|$CLUSTER_DNS_IP|" \
+  "$root/scripts/cluster/coredns.yaml" >"$dir/deploy/coredns.yaml"
+kubectl_cp apply -f "$dir/deploy/coredns.yaml" >/dev/null
+wait_for "CoreDNS available" 300 kubectl_cp -n kube-system rollout status deployment/coredns --timeout=5s
 touch "$dir/up"
 log "cluster up in $((SECONDS - started)) s (mode $mode)"
 echo "$dir"

@@ -47,15 +47,7 @@ fi
 if [[ -f $out/complete ]]; then echo "$bin"; exit 0; fi
 
 # Debian packages the cgo builds need (runc's seccomp, the static pause), installed if missing.
-need=()
-for pkg in gcc libc6-dev linux-libc-dev pkg-config libseccomp-dev binutils; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$root/scripts/deps.sh" gcc libc6-dev linux-libc-dev pkg-config libseccomp-dev binutils
 
 export GOMODCACHE=$cache/gomod GOCACHE=$cache/gocache GOPATH=$cache/gopath
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -modcacherw -buildvcs=false"

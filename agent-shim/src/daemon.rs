@@ -40,6 +40,13 @@ pub struct Args {
     /// target makes the switch use --cert/--key/--ca too (`ovs-vsctl set-ssl`).
     #[arg(long)]
     pub openflow_target: Option<String>,
+    /// Longest wait between the switch's reconnection attempts to each OpenFlow target, in
+    /// milliseconds (`Controller.max_backoff`; Open vSwitch's own default is 8000, so a
+    /// switch that lost its controllers for a while, e.g. a node whose link was down, stayed
+    /// up to 8 s without flows updates after they were back). At least 1000 (the schema's
+    /// minimum).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1000..))]
+    pub openflow_max_backoff_ms: u32,
     /// PEM CA certificate that signed the controller's certificate. With --cert and --key:
     /// the node API over TLS (https:// --controller) with this node's certificate
     /// (CN=system:node:NAME, O=system:nodes; see docs/security.md).
@@ -239,6 +246,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         datapath_type: args.datapath_type.clone(),
         dpid: args.dpid.unwrap_or(u64::from(u32::from(args.node_ip))),
         controller: args.openflow_target.clone(),
+        max_backoff_ms: args.openflow_max_backoff_ms,
         node_ip: args.node_ip,
         nm_conf_dir: Some(args.networkmanager_conf_dir.clone()),
     };
@@ -309,12 +317,21 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
             pods.clone(),
         );
         let every = Duration::from_secs(args.node_reconcile_interval);
+        // A bridge or port deleted behind the shim's back is repaired at once, not at the next
+        // tick (a deleted br0 takes every pod of the node off the network).
+        let deleted = Arc::new(tokio::sync::Notify::new());
+        for table in crate::ovs::WATCHED_TABLES {
+            tokio::spawn(crate::ovs::watch_deletions(table, deleted.clone()));
+        }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = deleted.notified() => {}
+                }
                 match ensure_node(&vsctl, &nl, &spec, &settings).await {
                     Ok(changes) => {
                         for c in changes {

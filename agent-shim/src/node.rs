@@ -11,7 +11,7 @@ use proto::node::NodeConfig;
 use crate::net::{BadPrefix, Ipv4Net};
 use crate::netlink::{is_up, Netlink, NetlinkError, RouteEntry};
 use crate::nft::{self, NftError};
-use crate::ovs::{opt_int, ovs_map, ovs_strings, quote, OvsError, Record, Vsctl};
+use crate::ovs::{opt_int, ovs_map, ovs_strings, quote, ControllerRow, OvsError, Record, Vsctl};
 
 /// OpenFlow port of `vxlan0`.
 pub const VXLAN_OFPORT: u32 = 1;
@@ -148,6 +148,8 @@ pub struct BridgeSpec {
     pub dpid: u64,
     /// OpenFlow controller target (`tcp:IP:6653`); None leaves the controller alone.
     pub controller: Option<String>,
+    /// `max_backoff` of each of the bridge's Controller rows, milliseconds (at least 1000).
+    pub max_backoff_ms: u32,
     /// The node's underlay address (VXLAN local_ip).
     pub node_ip: Ipv4Addr,
     /// NetworkManager's `conf.d` directory: when it exists, `flowmesh.conf` there keeps the
@@ -202,8 +204,8 @@ pub struct ObservedOvs {
     pub vxlan: Option<Record>,
     /// The tun0 Interface row.
     pub tun0: Option<Record>,
-    /// Controller targets.
-    pub controllers: Vec<String>,
+    /// The bridge's Controller rows.
+    pub controllers: Vec<ControllerRow>,
 }
 
 const BRIDGE_COLUMNS: &[&str] = &[
@@ -370,18 +372,59 @@ pub fn plan_ovs(
             .filter(|t| !t.is_empty())
             .collect();
         want.sort();
-        let mut have = seen.controllers.clone();
+        want.dedup();
+        let mut have: Vec<String> = seen.controllers.iter().map(|c| c.target.clone()).collect();
         have.sort();
+        let backoff = i64::from(spec.max_backoff_ms);
         if have != want {
+            // New rows made with their settings in the same transaction (set-controller would
+            // make rows with Open vSwitch's defaults, and a switch that lost them waits up to
+            // 8 s between reconnects).
+            let mut ids = Vec::new();
+            for (i, t) in want.iter().enumerate() {
+                let id = format!("@flowmesh_ctl{i}");
+                cmd(
+                    &mut args,
+                    vec![
+                        format!("--id={id}"),
+                        "create".into(),
+                        "Controller".into(),
+                        format!("target={}", quote(t)),
+                        format!("max_backoff={backoff}"),
+                    ],
+                );
+                ids.push(id);
+            }
             cmd(
                 &mut args,
-                [
-                    vec!["set-controller".to_string(), br.to_string()],
-                    want.clone(),
-                ]
-                .concat(),
+                vec![
+                    "set".into(),
+                    "Bridge".into(),
+                    br.into(),
+                    format!("controller=[{}]", ids.join(",")),
+                ],
             );
-            changes.push(format!("controller {}", want.join(" ")));
+            changes.push(format!(
+                "controller {} (max_backoff {backoff} ms)",
+                want.join(" ")
+            ));
+        } else {
+            for c in seen
+                .controllers
+                .iter()
+                .filter(|c| c.max_backoff != Some(backoff))
+            {
+                cmd(
+                    &mut args,
+                    vec![
+                        "set".into(),
+                        "Controller".into(),
+                        c.uuid.clone(),
+                        format!("max_backoff={backoff}"),
+                    ],
+                );
+                changes.push(format!("controller {}: max_backoff {backoff} ms", c.target));
+            }
         }
     }
     (args, changes)
@@ -566,6 +609,7 @@ mod tests {
             datapath_type: Some("netdev".into()),
             dpid: 1,
             controller: Some("tcp:172.31.1.254:6653".into()),
+            max_backoff_ms: 1000,
             node_ip: Ipv4Addr::new(172, 31, 1, 1),
             nm_conf_dir: None,
         }
@@ -587,7 +631,8 @@ mod tests {
             "options:local_ip=\"172.31.1.1\"",
             "type=internal ofport_request=2",
             "mtu_request=1450",
-            "set-controller br0 tcp:172.31.1.254:6653",
+            "--id=@flowmesh_ctl0 create Controller target=\"tcp:172.31.1.254:6653\" max_backoff=1000",
+            "set Bridge br0 controller=[@flowmesh_ctl0]",
         ] {
             assert!(text.contains(want), "{want} missing from {text}");
         }
@@ -615,7 +660,7 @@ mod tests {
                 json!({"name":"tun0","type":"internal","ofport_request":2,
                 "options":["map",[]],"mtu_request":1450}),
             )),
-            controllers: vec!["tcp:172.31.1.254:6653".into()],
+            controllers: vec![row("u1", "tcp:172.31.1.254:6653", Some(1000))],
         };
         let (args, changes) = plan_ovs(&spec(), &settings(), &seen);
         assert!(args.is_empty(), "{args:?} {changes:?}");
@@ -628,27 +673,62 @@ mod tests {
         assert_eq!(args, ["set", "Interface", "tun0", "mtu_request=1450"]);
     }
 
+    fn row(uuid: &str, target: &str, max_backoff: Option<i64>) -> ControllerRow {
+        ControllerRow {
+            uuid: uuid.into(),
+            target: target.into(),
+            max_backoff,
+        }
+    }
+
     #[test]
-    fn several_controller_replicas_are_one_set_controller() {
+    fn several_controller_replicas_are_one_transaction_with_their_backoff() {
         let mut sp = spec();
         sp.controller = Some("ssl:10.0.0.2:6653, ssl:10.0.0.1:6653".into());
         let seen = ObservedOvs {
-            controllers: vec!["ssl:10.0.0.1:6653".into()],
+            controllers: vec![row("u1", "ssl:10.0.0.1:6653", Some(1000))],
             ..ObservedOvs::default()
         };
         let (args, _) = plan_ovs(&sp, &settings(), &seen);
         let text = args.join(" ");
         assert!(
-            text.contains("set-controller br0 ssl:10.0.0.1:6653 ssl:10.0.0.2:6653"),
+            text.contains(
+                "--id=@flowmesh_ctl0 create Controller target=\"ssl:10.0.0.1:6653\" max_backoff=1000 -- \
+                 --id=@flowmesh_ctl1 create Controller target=\"ssl:10.0.0.2:6653\" max_backoff=1000 -- \
+                 set Bridge br0 controller=[@flowmesh_ctl0,@flowmesh_ctl1]"
+            ),
             "{text}"
         );
         // The same set in another order is no change.
         let seen = ObservedOvs {
-            controllers: vec!["ssl:10.0.0.2:6653".into(), "ssl:10.0.0.1:6653".into()],
+            controllers: vec![
+                row("u2", "ssl:10.0.0.2:6653", Some(1000)),
+                row("u1", "ssl:10.0.0.1:6653", Some(1000)),
+            ],
             ..ObservedOvs::default()
         };
         let (args, _) = plan_ovs(&sp, &settings(), &seen);
-        assert!(!args.join(" ").contains("set-controller"), "{args:?}");
+        assert!(!args.join(" ").contains("Controller"), "{args:?}");
+        // Rows with Open vSwitch's default backoff (set by hand, or by an older shim) get it
+        // set in place: the switch keeps its connections.
+        let seen = ObservedOvs {
+            controllers: vec![
+                row("u2", "ssl:10.0.0.2:6653", None),
+                row("u1", "ssl:10.0.0.1:6653", Some(1000)),
+            ],
+            ..ObservedOvs::default()
+        };
+        let (args, changes) = plan_ovs(&sp, &settings(), &seen);
+        assert!(
+            args.join(" ")
+                .ends_with("-- set Controller u2 max_backoff=1000"),
+            "{args:?}"
+        );
+        assert_eq!(
+            changes.last().map(String::as_str),
+            Some("controller ssl:10.0.0.2:6653: max_backoff 1000 ms")
+        );
+        assert_eq!(args.iter().filter(|a| *a == "Controller").count(), 1);
     }
 
     #[test]

@@ -101,8 +101,9 @@ fn never_sent(s: &tonic::Status) -> bool {
 }
 
 /// Run a call on the replicas' clients, starting with the preferred one: the next one (and
-/// round again, up to a few times) while a call fails before reaching a controller. The
-/// replica that answered becomes the preferred one.
+/// round again, up to a few times) while a call fails before reaching a controller, or a
+/// standby refused it (a call only the leader serves: the standby did nothing). The replica
+/// that answered becomes the preferred one.
 async fn unsent_retry<T, F, Fut>(
     clients: &[NodeApiClient<Channel>],
     preferred: &std::sync::atomic::AtomicUsize,
@@ -122,7 +123,9 @@ where
             return Err(tonic::Status::invalid_argument("no controller URL"));
         };
         match f(c.clone()).await {
-            Err(s) if never_sent(&s) && attempt < 8 * n as u64 => {
+            Err(s)
+                if (never_sent(&s) || proto::standby::is_refusal(&s)) && attempt < 8 * n as u64 =>
+            {
                 attempt += 1;
                 // A pause only after every replica was tried once more.
                 if attempt.is_multiple_of(n as u64) {
@@ -274,9 +277,10 @@ mod tests {
     use std::sync::Arc;
     use tonic::{Request, Response, Status};
 
-    /// A replica that counts the AttachPod calls it answered.
+    /// A replica that counts the AttachPod calls it answered; a standby (the second field)
+    /// refuses WatchEgress as the controller's standbys do, a leader serves it.
     #[derive(Clone, Default)]
-    struct Replica(Arc<AtomicUsize>);
+    struct Replica(Arc<AtomicUsize>, bool);
 
     #[tonic::async_trait]
     impl NodeApiService for Replica {
@@ -304,7 +308,11 @@ mod tests {
             &self,
             _: Request<WatchEgressRequest>,
         ) -> Result<Response<Self::WatchEgressStream>, Status> {
-            Err(Status::unimplemented("not in this test"))
+            if self.1 {
+                return Err(proto::standby::refusal("r1", "a standby".into()));
+            }
+            let one = EgressAssignments::default();
+            Ok(Response::new(Box::pin(futures::stream::iter([Ok(one)]))))
         }
         type WatchAuditStream = tonic::codegen::BoxStream<proto::node::AuditSettings>;
         async fn watch_audit(
@@ -380,5 +388,34 @@ mod tests {
                 .expect("attach");
         }
         assert_eq!(b.0.load(Ordering::SeqCst), before + 5);
+    }
+
+    #[tokio::test]
+    async fn a_standby_s_refusal_sends_the_call_to_the_leader() {
+        // The preferred replica (first listed) is a standby: WatchEgress reaches the leader,
+        // which then stays the preferred replica for every call.
+        let standby = Replica(Arc::default(), true);
+        let leader = Replica::default();
+        let (url_s, _stop_s) = serve(standby.clone()).await;
+        let (url_l, _stop_l) = serve(leader.clone()).await;
+        let api = NodeApi::new(&format!("{url_s},{url_l}"), Duration::from_secs(5), None)
+            .expect("client");
+        let mut stream = api
+            .watch_egress("node1")
+            .await
+            .expect("the leader serves WatchEgress");
+        assert!(stream.message().await.expect("message").is_some());
+        api.attach(AttachPodRequest::default())
+            .await
+            .expect("attach");
+        assert_eq!(
+            (
+                standby.0.load(Ordering::SeqCst),
+                leader.0.load(Ordering::SeqCst)
+            ),
+            (0, 1)
+        );
+        // Any other UNAVAILABLE (the call may have been acted on) is not sent elsewhere.
+        assert!(!proto::standby::is_refusal(&Status::unavailable("busy")));
     }
 }

@@ -49,6 +49,17 @@ pub enum OvsError {
 /// A record read with `find`: column name → OVSDB JSON value.
 pub type Record = BTreeMap<String, Value>;
 
+/// One Controller row of the bridge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerRow {
+    /// Its OVSDB `_uuid`.
+    pub uuid: String,
+    /// `target` (`ssl:IP:PORT`, ...).
+    pub target: String,
+    /// `max_backoff` (None: Open vSwitch's default, 8 s).
+    pub max_backoff: Option<i64>,
+}
+
 /// External-id keys on a pod's Interface record.
 pub mod ext {
     /// The container runtime's sandbox (container) id.
@@ -147,13 +158,39 @@ impl Vsctl {
         Ok(self.find("Bridge", bridge, &["name"]).await?.is_some())
     }
 
-    /// Controller targets of `bridge`.
-    pub async fn controllers(&self, bridge: &str) -> Result<Vec<String>, OvsError> {
-        let out = self.run(&["get-controller", bridge]).await?;
-        Ok(out
-            .lines()
-            .map(|l| l.trim().to_owned())
-            .filter(|l| !l.is_empty())
+    /// The Controller rows of `bridge` (none when it has none or does not exist).
+    pub async fn controllers(&self, bridge: &str) -> Result<Vec<ControllerRow>, OvsError> {
+        let Some(br) = self.find("Bridge", bridge, &["controller"]).await? else {
+            return Ok(Vec::new());
+        };
+        let mine = br.get("controller").map(ovs_uuids).unwrap_or_default();
+        if mine.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self
+            .run(&[
+                "--format=json",
+                "--data=json",
+                "--columns=_uuid,target,max_backoff",
+                "list",
+                "Controller",
+            ])
+            .await?;
+        let rows = parse_table(&out, "Controller")?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let uuid = r.get("_uuid").map(ovs_uuids)?.pop()?;
+                mine.contains(&uuid).then(|| ControllerRow {
+                    uuid,
+                    target: r
+                        .get("target")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    max_backoff: r.get("max_backoff").and_then(opt_int),
+                })
+            })
             .collect())
     }
 
@@ -302,6 +339,19 @@ pub fn ovs_map(v: &Value) -> BTreeMap<String, String> {
     }
 }
 
+/// The UUIDs of an OVSDB reference or set of references (`["uuid", U]`,
+/// `["set", [["uuid", U], ...]]`).
+pub fn ovs_uuids(v: &Value) -> Vec<String> {
+    let one = |a: &Value| match a.as_array().map(Vec::as_slice) {
+        Some([tag, Value::String(u)]) if tag == "uuid" => Some(u.clone()),
+        _ => None,
+    };
+    match v.as_array().map(Vec::as_slice) {
+        Some([tag, Value::Array(items)]) if tag == "set" => items.iter().filter_map(one).collect(),
+        _ => one(v).into_iter().collect(),
+    }
+}
+
 /// An OVSDB set of strings (a bare atom is a one-element set).
 pub fn ovs_strings(v: &Value) -> Vec<String> {
     match v {
@@ -326,6 +376,50 @@ pub fn opt_int(v: &Value) -> Option<i64> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// Tables whose deleted rows mean something of the node set-up vanished behind the shim's
+/// back (br0 itself, vxlan0, tun0, a pod's port).
+pub const WATCHED_TABLES: [&str; 2] = ["Bridge", "Port"];
+
+/// Follows OVSDB (`ovsdb-client monitor`, on the same server `ovs-vsctl` uses) and wakes
+/// `changed` whenever a row of `table` is deleted, so the node set-up is repaired at once
+/// instead of at the next periodic check. A monitor that ends (ovsdb-server restarted, the
+/// tool missing) is started again after a pause; runs until the process ends.
+pub async fn watch_deletions(table: &'static str, changed: std::sync::Arc<tokio::sync::Notify>) {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let child = Command::new("ovsdb-client")
+            .args([
+                "monitor",
+                "Open_vSwitch",
+                table,
+                "name,!initial,!insert,!modify",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        match child {
+            Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    let mut lines = tokio::io::BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        // Rows come as "<uuid> delete <name>"; the headings are not news.
+                        if line.split_whitespace().nth(1) == Some("delete") {
+                            changed.notify_one();
+                        }
+                    }
+                }
+                let _ = child.kill().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, table, "cannot run ovsdb-client monitor; the node set-up is checked at its interval only");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

@@ -46,10 +46,16 @@ pub struct ServerConfig {
     pub metrics_tls: Option<MetricsTls>,
     /// A plaintext listener of `/healthz` and `/readyz` only, for the kubelet (None: off).
     pub health_listen: Option<SocketAddr>,
-    /// Audit interval.
+    /// Audit interval: each switch is read whole at most this often.
     pub audit_interval: Duration,
-    /// Echo interval for switch liveness (the timeout is the same again).
+    /// Whole-table audits started per second across all switches (`switches::AuditPacer`).
+    pub audit_rate: f64,
+    /// Echo interval for switch liveness.
     pub echo_interval: Duration,
+    /// The echo timeout's floor (it adapts to the switch; see `ofproto::session::FsmConfig`).
+    pub echo_timeout: Duration,
+    /// The underlay probe of egress nodes (egress-IP failover's liveness signal).
+    pub egress_probe: crate::resources::egress_probe::ProbeConfig,
     /// How long a node's shim may stop watching its egress IPs before the node counts as
     /// offline for them (`CoreConfig::shim_grace`).
     pub shim_grace: Duration,
@@ -356,7 +362,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
     let tls = openflow_tls_config(&cfg)?;
     let mut session_cfg = ofproto::session::SessionConfig::default();
     session_cfg.fsm.echo_interval = cfg.echo_interval;
-    session_cfg.fsm.echo_timeout = cfg.echo_interval;
+    session_cfg.fsm.echo_timeout = cfg.echo_timeout;
     session_cfg.fsm.max_ports = cfg.openflow_limits.max_ports;
     session_cfg.fsm.max_multipart_bytes = cfg.openflow_limits.max_multipart_bytes;
     let limits = ofproto::session::ListenerLimits {
@@ -535,14 +541,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
             )),
         ));
     }
+    tokio::spawn(crate::resources::egress_probe::run(
+        core.clone(),
+        cfg.egress_probe.clone(),
+    ));
     tokio::spawn(crate::resources::egress_firewall::dns::run(
         core.clone(),
         cfg.egress_dns.clone(),
     ));
+    let audit_rate = cfg.audit_rate;
     tokio::spawn(async move {
         // The listener accepts for as long as it lives.
         let _listener = of;
-        crate::switches::forward_events(core_for_of, of_events).await;
+        crate::switches::forward_events(core_for_of, of_events, audit_rate).await;
     });
     tracing::info!(%grpc_addr, %openflow_addr, ?metrics_addr, metrics_tls = metrics_over_tls, ?health_addr, "flowmesh-controller running");
     Ok(Running {

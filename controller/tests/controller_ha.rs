@@ -344,3 +344,126 @@ async fn a_deposed_leaders_store_writes_fail_the_lease_comparison() {
         "{keys}"
     );
 }
+
+/// The node API's `WatchEgress` is the leader's: a standby refuses it (UNAVAILABLE, so the shim
+/// tries another replica) and a replica that takes over keeps the egress IPs of a node whose
+/// shim moves to it within the grace. The chaos soak (issue 33) found the opposite: standbys
+/// served the stream, a standby the shim had left marked the node's shim lost, and on taking
+/// over it dropped the node's egress IPs while the shim was healthy — until the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shims_watch_the_leader_and_a_new_leader_keeps_their_egress_ips() {
+    use proto::node::{node_api_client::NodeApiClient, EgressAssignments, WatchEgressRequest};
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cs: Vec<Controller> = (1..=3)
+        .map(|i| {
+            let id = format!("c{i}");
+            Controller::start(
+                &dir.path().join(&id),
+                &[
+                    "--datastore",
+                    "etcd",
+                    "--etcd-endpoints",
+                    &eps,
+                    "--etcd-prefix",
+                    "/egress-watch/",
+                    "--replica-id",
+                    &id,
+                    "--etcd-election-timeout",
+                    flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
+                    "--leader-ttl",
+                    "3",
+                    "--shim-grace",
+                    "1",
+                ],
+            )
+        })
+        .collect();
+    let t0 = Instant::now();
+    let _sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
+    let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
+    eprintln!("leader after {:?}", t0.elapsed());
+    let mut admin = cs[l].admin().await;
+    support::add_nodes(&mut admin, &NODES).await;
+    support::wait_synced(&mut admin, &node_names()).await;
+    write_ns(&mut admin, "shop").await.expect("namespace");
+    let g = cs[l].grpc;
+    for n in ["node-b", "node-c"] {
+        support::ctl(
+            g,
+            &["patch", "hostsubnet", n, "--egress-cidrs=172.31.0.0/24"],
+        )
+        .ok();
+    }
+    support::ctl(
+        g,
+        &["patch", "netnamespace", "shop", "--egress-ips=172.31.0.100"],
+    )
+    .ok();
+    let status = |c: &Controller| {
+        let text = support::ctl(c.grpc, &["get", "netnamespaces", "shop", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(text.ok()).expect("JSON");
+        v[0]["egressIpStatus"][0].clone()
+    };
+    eprintln!("egress IP configured after {:?}", t0.elapsed());
+    let holder = status(&cs[l])["node"]
+        .as_str()
+        .expect("the egress IP is placed")
+        .to_owned();
+    let watch =
+        async |c: &Controller| -> Result<tonic::Streaming<EgressAssignments>, tonic::Status> {
+            let mut api = NodeApiClient::connect(format!("http://{}", c.grpc))
+                .await
+                .expect("node API");
+            api.watch_egress(WatchEgressRequest {
+                node: holder.clone(),
+            })
+            .await
+            .map(tonic::Response::into_inner)
+        };
+
+    // Standbys send the shim on; the leader serves it.
+    for (i, c) in cs.iter().enumerate().filter(|(i, _)| *i != l) {
+        let e = watch(c)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("standby c{} served WatchEgress", i + 1));
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        assert!(e.message().contains("standby"), "{e:?}");
+        // Marked as a standby's refusal: what makes the shim move on (a shim that stayed on
+        // its preferred replica, a standby after a takeover, lost its egress IPs for good).
+        assert!(proto::standby::is_refusal(&e), "{e:?}");
+    }
+    let mut stream = watch(&cs[l]).await.expect("the leader serves WatchEgress");
+    let first = stream.message().await.expect("a list").expect("a list");
+    assert_eq!(first.assignments.len(), 1, "{first:?}");
+
+    // The leader dies; the shim (as flowmesh-shim does) tries the replicas until one serves.
+    cs[l].kill9();
+    drop(stream);
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let n = survivors[leader_of(&survivors.iter().map(|&i| &cs[i]).collect::<Vec<_>>()).await];
+    eprintln!("new leader after {:?}", t0.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (served_by, mut stream) = 'found: loop {
+        for &i in &survivors {
+            if let Ok(s) = watch(&cs[i]).await {
+                break 'found (i, s);
+            }
+        }
+        assert!(Instant::now() < deadline, "no replica served WatchEgress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(served_by, n, "only the new leader serves WatchEgress");
+    let list = stream.message().await.expect("a list").expect("a list");
+    assert_eq!(list.assignments.len(), 1, "{list:?}");
+    // Longer than the grace: the shim watches the leader, so its node keeps the IP.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let st = status(&cs[n]);
+    assert_eq!(st["node"].as_str(), Some(holder.as_str()), "{st}");
+    let hs = support::ctl(cs[n].grpc, &["get", "hostsubnets", &holder, "-o", "json"]);
+    let hs: serde_json::Value = serde_json::from_str(hs.ok()).expect("JSON");
+    assert_ne!(hs[0]["offline"].as_bool(), Some(true), "{hs}");
+    drop(stream);
+}

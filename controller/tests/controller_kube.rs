@@ -1565,3 +1565,56 @@ async fn node_certificates_act_only_as_their_node_and_for_pods_bound_to_it() {
     assert_eq!(attachments, ["ns1.node-a-p1", "ns1.node-b-p1", "ns2.fresh"]);
     bridges_match(&sbx, &mut admin, &["node-a", "node-b"]).await;
 }
+
+/// A change the Kubernetes store refuses for what the API server holds (here a Pod it does not
+/// have) is answered as a refusal (FAILED_PRECONDITION, saying why), not as a store outage
+/// (UNAVAILABLE, "embedded database transaction failed", the next changes refused as "the store
+/// is unavailable"): the change right after it goes through at once, without a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_change_is_not_a_store_outage() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let c = kube_controller(dir.path(), &api, "c", &[]);
+    let _sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    support::attach_pods(&mut admin, &PODS[..1]).await;
+    let ghost = admin
+        .attach_pod(pa::AttachPodRequest {
+            node: "node-a".into(),
+            namespace: "ns1".into(),
+            name: "ghost".into(),
+            port_name: flowmesh_tests::OvsSandbox::port_name("node-a", "p9"),
+            ofport: 9,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a Pod the API server does not have is refused");
+    assert_eq!(ghost.code(), tonic::Code::FailedPrecondition, "{ghost:?}");
+    assert!(
+        ghost
+            .message()
+            .contains("ns1/ghost is not in the Kubernetes API")
+            && !ghost.message().contains("embedded database"),
+        "{:?}",
+        ghost.message()
+    );
+    let (node, port, ns, ofport) = PODS[1];
+    admin
+        .attach_pod(pa::AttachPodRequest {
+            node: node.into(),
+            namespace: ns.into(),
+            name: format!("{node}-{port}"),
+            port_name: flowmesh_tests::OvsSandbox::port_name(node, port),
+            ofport,
+            ..Default::default()
+        })
+        .await
+        .expect("the next attach is not refused for the one before it");
+    let names = pod_names(&mut admin).await;
+    assert!(
+        names.contains("ns2/node-a-p2") && !names.contains("ns1/ghost"),
+        "{names:?}"
+    );
+}

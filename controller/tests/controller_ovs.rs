@@ -145,6 +145,152 @@ fn flow_durations(sbx: &OvsSandbox, bridge: &str) -> Vec<(String, f64)> {
     out
 }
 
+async fn metric(ctl: &Controller, name: &str) -> u64 {
+    let text = http_get(ctl.metrics, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+}
+
+/// The ovs-ofctl line of `node`'s bridge flow with this table and priority.
+fn flow_line(sbx: &OvsSandbox, node: &str, what: &str) -> Option<String> {
+    sbx.dump_flows(node)
+        .expect("dump-flows")
+        .into_iter()
+        .find(|l| l.contains(what))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_made_while_the_controller_is_down_is_repaired_by_the_audit_though_markers_agree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut ctl = Controller::start(
+        &dir.path().join("data"),
+        &["--audit-interval", "2", "--audit-rate", "20"],
+    );
+    let sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut admin).await;
+    let marker = flow_line(&sbx, "node-a", "table=253, priority=1 actions")
+        .expect("the digest marker is on the bridge");
+    assert!(marker.contains("cookie=0xf00000000000001"), "{marker}");
+
+    ctl.kill9();
+    // Behind the controller's back: a flow deleted, a stray flow added and a flow's actions
+    // changed. The marker still records the desired digest.
+    let of = |args: &[&str]| {
+        let mut a = vec!["-O", "OpenFlow13"];
+        a.extend_from_slice(args);
+        sbx.ofctl(&a).expect("ovs-ofctl");
+    };
+    of(&["del-flows", "--strict", "node-a", "table=0,priority=0"]);
+    of(&["add-flow", "node-b", "table=5,priority=7,ip actions=drop"]);
+    let routed = flow_line(&sbx, "node-c", "table=31, priority=300,ip,nw_dst=")
+        .expect("node-c routes its gateway");
+    let m = routed
+        .split(" actions=")
+        .next()
+        .and_then(|l| l.split("priority=").nth(1))
+        .map(|rest| format!("table=31,priority={rest}"))
+        .expect("match of the gateway flow")
+        .replace(", ", ",")
+        .replace(' ', "");
+    of(&[
+        "mod-flows",
+        "--strict",
+        "node-c",
+        &format!("{m},actions=drop"),
+    ]);
+    assert_ne!(
+        flow_line(&sbx, "node-c", "table=31, priority=300,ip,nw_dst="),
+        Some(routed.clone()),
+        "the hand-made modify took"
+    );
+
+    ctl.spawn();
+    let mut admin = ctl.admin().await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    // The reconnect trusted the markers (nothing read, nothing sent) ...
+    assert_eq!(
+        metric(&ctl, "flowmesh_switch_marker_verified_total").await,
+        3
+    );
+    // ... and the paced audit reads every table and repairs all three changes.
+    let t = Instant::now();
+    assert_bridges_match(&sbx, &mut admin).await;
+    assert_eq!(
+        flow_line(&sbx, "node-c", "table=31, priority=300,ip,nw_dst="),
+        Some(routed),
+        "the modified flow is restored"
+    );
+    eprintln!("drift repaired {:?} after the resync", t.elapsed());
+    assert!(metric(&ctl, "flowmesh_switch_full_reads_total").await >= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_marker_never_hides_a_change_made_while_the_switch_was_away() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No audit during the test: only the marker decides.
+    let ctl = Controller::start(&dir.path().join("data"), &["--audit-interval", "3600"]);
+    let sbx = sandbox(&ctl, &NODES);
+    let mut admin = ctl.admin().await;
+    populate(&mut admin).await;
+    wait_synced(&mut admin, &["node-a", "node-b", "node-c"]).await;
+    let old_marker = flow_line(&sbx, "node-a", "table=253, priority=1 actions").expect("marker");
+    // node-a's bridge leaves (it keeps its flows and its now stale marker) ...
+    sbx.vsctl(&["del-controller", "node-a"])
+        .expect("del-controller");
+    wait_for(
+        "node-a to disconnect",
+        Duration::from_secs(15),
+        async || {
+            admin
+                .list_switches(pa::Empty {})
+                .await
+                .expect("switches")
+                .into_inner()
+                .items
+                .iter()
+                .any(|s| s.node == "node-a" && !s.connected)
+        },
+    )
+    .await;
+    // ... a node joins meanwhile (node-a's desired flows gain its mesh flows) ...
+    admin
+        .add_node(pa::AddNodeRequest {
+            name: "node-d".into(),
+            node_ip: "172.31.0.9".into(),
+            dpid: 0xd,
+        })
+        .await
+        .expect("add node-d");
+    let reads_before = metric(&ctl, "flowmesh_switch_full_reads_total").await;
+    let verified_before = metric(&ctl, "flowmesh_switch_marker_verified_total").await;
+    // ... and the bridge comes back: its marker disagrees, so it is read and programmed.
+    sbx.set_controller("node-a", &ctl.target())
+        .expect("set-controller");
+    assert_bridges_match(&sbx, &mut admin).await;
+    assert!(
+        flow_line(&sbx, "node-a", "tun_src=172.31.0.9").is_some(),
+        "node-a got node-d's mesh flows"
+    );
+    assert_ne!(
+        flow_line(&sbx, "node-a", "table=253, priority=1 actions"),
+        Some(old_marker),
+        "the marker was rewritten with the change"
+    );
+    assert_eq!(
+        metric(&ctl, "flowmesh_switch_full_reads_total").await,
+        reads_before + 1
+    );
+    assert_eq!(
+        metric(&ctl, "flowmesh_switch_marker_verified_total").await,
+        verified_before
+    );
+}
+
 async fn mods_sent(ctl: &Controller) -> u64 {
     let text = http_get(ctl.metrics, "/metrics").await;
     text.lines()
@@ -193,6 +339,12 @@ async fn controller_restart_with_unchanged_state_sends_no_flow_mod() {
         0,
         "the restarted controller sent flow mods"
     );
+    // Each switch was verified by its digest marker (one flow of table 253), not read whole.
+    assert_eq!(
+        metric(&ctl, "flowmesh_switch_marker_verified_total").await,
+        3
+    );
+    assert_eq!(metric(&ctl, "flowmesh_switch_full_reads_total").await, 0);
     for (i, (node, _, _)) in NODES.iter().enumerate() {
         let after = flow_durations(&sbx, node);
         assert_eq!(after.len(), before[i].len(), "{node}: flow count changed");

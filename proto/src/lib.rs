@@ -29,3 +29,26 @@ pub mod identity {
     /// Organization of read-only admin certificates.
     pub const READ_ONLY_GROUP: &str = "flowmesh:read-only";
 }
+
+/// A standby's refusal of a call only the leader serves (the node API's WatchEgress): UNAVAILABLE
+/// with the leader the standby knows in the gRPC metadata. The call did nothing there, so a
+/// client sends it to another replica (the leader is one of them).
+pub mod standby {
+    /// The metadata key of the refusal; its value is the leader's replica id (`unknown` during
+    /// an election).
+    pub const METADATA_KEY: &str = "flowmesh-standby-of";
+
+    /// The refusal: `message` says what to do instead.
+    pub fn refusal(leader: &str, message: String) -> tonic::Status {
+        let mut md = tonic::metadata::MetadataMap::new();
+        let value = tonic::metadata::MetadataValue::try_from(leader)
+            .unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("unknown"));
+        md.insert(METADATA_KEY, value);
+        tonic::Status::with_metadata(tonic::Code::Unavailable, message, md)
+    }
+
+    /// Whether `s` is a standby's refusal.
+    pub fn is_refusal(s: &tonic::Status) -> bool {
+        s.code() == tonic::Code::Unavailable && s.metadata().contains_key(METADATA_KEY)
+    }
+}

@@ -23,11 +23,8 @@ pub fn locate_or_build(
             Err(format!("{env_var}={dir:?} lacks {}", names.join("/")))
         };
     }
-    // The test executable lives in <target>/<profile>/deps/.
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
+    let profile_dir = profile_dir_of(&exe)
         .ok_or_else(|| format!("unexpected test executable path {}", exe.display()))?;
     let target_dir = profile_dir
         .parent()
@@ -70,6 +67,17 @@ pub fn locate_or_build(
     }
 }
 
+/// The profile directory (`<target>/<profile>`) of an executable cargo built: a test lives in
+/// its `deps/`, a binary such as `flowmesh-bench` in the profile directory itself.
+pub fn profile_dir_of(exe: &Path) -> Option<&Path> {
+    let dir = exe.parent()?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent()
+    } else {
+        Some(dir)
+    }
+}
+
 /// Removes the variables `cargo test` sets for a test process (`CARGO_PKG_*`,
 /// `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...) from a nested `cargo build`: build scripts such as
 /// ring's declare `rerun-if-env-changed` on them, so inheriting them would rebuild those crates
@@ -108,5 +116,25 @@ pub fn flowmeshctl() -> PathBuf {
     match dir {
         Ok(d) => d.join("flowmeshctl"),
         Err(e) => panic!("flowmeshctl: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_dir_of;
+    use std::path::Path;
+
+    #[test]
+    fn tests_and_binaries_find_their_profile_directory() {
+        assert_eq!(
+            profile_dir_of(Path::new("/t/debug/deps/e2e_ha-0123abcd")),
+            Some(Path::new("/t/debug"))
+        );
+        // flowmesh-bench is a binary of the profile directory, not of deps/: its nested build
+        // must not go to the target directory's parent.
+        assert_eq!(
+            profile_dir_of(Path::new("/t/release/flowmesh-bench")),
+            Some(Path::new("/t/release"))
+        );
     }
 }

@@ -119,6 +119,8 @@ pub struct ControllerOptions {
     pub log: String,
     /// Extra arguments.
     pub extra: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl ControllerOptions {
@@ -131,6 +133,7 @@ impl ControllerOptions {
                 .into(),
             log: "info".into(),
             extra: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -256,11 +259,13 @@ impl LabController {
         }
         args.extend(self.opts.extra.iter().cloned());
         let arg_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut env = vec![("RUST_LOG", self.opts.log.as_str())];
+        env.extend(self.opts.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let p = lab.spawn_in(
             lab.controller_ns(),
             &bins.controller.display().to_string(),
             &arg_ref,
-            &[("RUST_LOG", self.opts.log.as_str())],
+            &env,
         )?;
         self.pid = Some(p.pid);
         self.logs.push(p.log.clone());
@@ -602,8 +607,9 @@ fn http_body(addr: SocketAddrV4, req: &str, answer: &[u8]) -> Result<String> {
     }
 }
 
-/// A TCP server in a namespace: for each connection it records the peer address, reads the
-/// request until EOF and answers `<name> peer=<addr>`. Stops when dropped.
+/// A TCP server in a namespace: for each connection (each on its own thread) it records the
+/// peer address, reads the request until EOF and answers `<name> peer=<addr>`. Stops when
+/// dropped.
 #[derive(Debug)]
 pub struct TcpServer {
     /// Where it listens.
@@ -652,11 +658,20 @@ impl TcpServer {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(peer);
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut sink = Vec::new();
-                    let _ = s.read_to_end(&mut sink);
-                    let _ = s.write_all(format!("{name} peer={peer}").as_bytes());
+                    // Each connection is served on its own thread: a client that never
+                    // finishes its request (its FIN lost in a fault, its pod deleted) holds
+                    // up only itself, never the connections behind it in the backlog.
+                    let answer = format!("{name} peer={peer}");
+                    let _ = std::thread::Builder::new()
+                        .name("tcp-server-conn".into())
+                        .spawn(move || {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                            let mut sink = Vec::new();
+                            let _ = s.read_to_end(&mut sink);
+                            let _ = s.write_all(answer.as_bytes());
+                        });
                 }
             })
             .map_err(|source| HarnessError::Net {
@@ -793,12 +808,16 @@ pub fn udp_probe(
 /// The lab [`CniCluster`] runs on: 3 nodes, userspace datapath, no tun0 (the shims make
 /// it), tunnel neighbours seeded. Panics when it cannot start.
 pub fn cni_lab() -> NetnsLab {
+    cni_lab_result().unwrap_or_else(|e| panic!("lab: {e}"))
+}
+
+/// [`cni_lab`], returning why it could not start instead of panicking.
+pub fn cni_lab_result() -> Result<NetnsLab> {
     NetnsLab::builder()
         .nodes(3)
         .tun0(false)
         .seed_neighbors(true)
         .start()
-        .unwrap_or_else(|e| panic!("lab: {e}"))
 }
 
 /// A 3-node `NetnsLab` (userspace datapath, no tun0, neighbours seeded) with the real

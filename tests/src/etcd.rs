@@ -219,6 +219,15 @@ impl EtcdCluster {
         self.members.is_empty()
     }
 
+    /// PID of member `i` while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members
+            .get(i)?
+            .process
+            .as_ref()
+            .map(TrackedProcess::pid)
+    }
+
     /// SIGKILL member `i` (its data directory stays).
     pub fn kill(&mut self, i: usize) {
         if let Some(mut p) = self.members[i].process.take() {
@@ -324,6 +333,11 @@ impl EtcdCluster {
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+
+    /// The run directory (members' data directories and logs).
+    pub fn run_path(&self) -> &std::path::Path {
+        self.run.path()
     }
 
     /// The log of member `i`.

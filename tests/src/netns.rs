@@ -8,7 +8,8 @@
 //! * `<id>-ul`: Linux bridge `br-ul`; veth `n<i>` to node i, `ctl` to the controller namespace.
 //! * `<id>-ctl`: `eth0` = 172.31.X.254/24 (a controller started there with
 //!   [`NetnsLab::spawn_in`] is reachable from every node at `tcp:172.31.X.254:PORT`).
-//! * `<id>-n<i>` (node i, 1-based): `eth0` (veth to the underlay) in bridge `br-phy`
+//! * `<id>-n<i>` (node i, 1-based): `eth0` (veth to the underlay, ARP off: the node's kernel
+//!   must not answer for the node's address from it) in bridge `br-phy`
 //!   (netdev, hwaddr `0a:00:00:00:00:<i>`) whose tap holds 172.31.X.i/24 -- userspace
 //!   tunnelling must route out through an OVS bridge port; integration bridge `br0` (netdev,
 //!   OpenFlow13, fail_mode=secure, disable-in-band, datapath id i) with `vxlan0` at ofport 1 (remote_ip=flow,
@@ -423,7 +424,14 @@ impl NetnsLab {
         self.create_netns(&ns)?;
         self.add_veth(&ns, "eth0", ul, &peer)?;
         self.ip(&["-n", ul, "link", "set", &peer, "master", "br-ul", "up"])?;
-        self.ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        // eth0 is br-phy's port (OVS reads and writes it raw, as DPDK would a NIC), but the
+        // node's kernel still sees it: left alone, that kernel answers an underlay ARP request
+        // for the node's address a second time from eth0's own MAC, and whichever answer OVS
+        // snoops last becomes its tunnel neighbour entry. With eth0's MAC there, tunnelled
+        // packets to the node are not addressed to br-phy and are dropped (issue 33's soak:
+        // traffic between two nodes stopped for up to 135 s, each time a few seconds after a
+        // br0 deletion on one of them). No ARP on eth0: only br-phy answers.
+        self.ip(&["-n", &ns, "link", "set", "eth0", "arp", "off", "up"])?;
         let dir = self.run.path().join(format!("node{i}"));
         let ovs = OvsInstance::start(&dir, Some(&ns), DatapathMode::Netdev)?;
         let underlay_ip = self.underlay_ip(i);

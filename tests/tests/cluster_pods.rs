@@ -3,6 +3,7 @@
 //! flowmesh and talk to each other on one node and across nodes; the probes run with
 //! `kubectl exec` inside agnhost pods.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use flowmesh_tests::cluster::{Cluster, Mode, PodInfo};
@@ -122,4 +123,42 @@ fn deployment_pods_on_every_node_get_addresses_and_talk() {
     cluster
         .kubectl(&["delete", "namespace", NS, "--wait=false"])
         .expect("delete namespace");
+}
+
+/// The underlay answers ARP for a node's address from that node's br-phy alone (its hwaddr
+/// 0a:00:00:00:c8:0N, which takes VXLAN in), never also from eth0, br-phy's port: a second
+/// answer that a peer's Open vSwitch kept as its tunnel neighbour sent VXLAN to a MAC br-phy
+/// drops (kube-up turns ARP off on eth0). Asked from the control plane and from every node.
+#[test]
+fn underlay_arp_is_answered_by_each_nodes_br_phy_alone() {
+    let cluster = Cluster::ensure(Mode::NetworkPolicy).expect("cluster up");
+    let askers: Vec<(String, &str)> = std::iter::once((cluster.cp_netns.clone(), "eth0"))
+        .chain((1..=cluster.nodes).map(|i| (cluster.node_netns(i), "br-phy")))
+        .collect();
+    for (netns, dev) in &askers {
+        for (t, ip) in cluster.node_ips.iter().enumerate() {
+            let target = t + 1;
+            if *netns == cluster.node_netns(target) {
+                continue;
+            }
+            let out = std::process::Command::new("ip")
+                .args([
+                    "netns", "exec", netns, "arping", "-c", "2", "-w", "5", "-I", dev,
+                ])
+                .arg(ip.to_string())
+                .output()
+                .expect("run arping");
+            let text = String::from_utf8_lossy(&out.stdout);
+            // "42 bytes from 0a:00:00:00:c8:02 (172.31.200.2): index=0 time=..."
+            let macs: BTreeSet<&str> = text
+                .lines()
+                .filter_map(|l| l.split_once(" bytes from ")?.1.split_whitespace().next())
+                .collect();
+            assert_eq!(
+                macs,
+                BTreeSet::from([format!("0a:00:00:00:c8:{target:02x}").as_str()]),
+                "{netns} asking for node{target}'s {ip}:\n{text}"
+            );
+        }
+    }
 }

@@ -47,9 +47,10 @@ struct Lab {
 
 impl Lab {
     fn start() -> Lab {
-        let mut opts = ControllerOptions::multitenant();
-        // Echo after 0.2 s of silence: a dead switch is declared within 0.4 s.
-        opts.extra = vec!["--echo-interval".into(), "0.2".into()];
+        // The controller's defaults: a node whose link goes down is found by the egress probe
+        // (ICMP to its underlay address, offline after 0.5 s of silence), not by the
+        // OpenFlow echo (generous: 5 s + 15 s).
+        let opts = ControllerOptions::multitenant();
         let c = CniCluster::start(&opts);
         let (out_ns, out_ip) =
             add_outside_host(&c.lab).unwrap_or_else(|e| c.fail(&format!("outside host: {e}")));

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -90,4 +91,76 @@ fn three_node_lab_ping_and_tcp_across_vxlan() {
         .ping(&p1.ns, IpAddr::V4(pod_ip(2)), 2)
         .expect("ping runs");
     assert_eq!(st.received, 0, "{}", st.output);
+}
+
+/// An underlay ARP request for a node's address is answered by the node's `br-phy` alone, so
+/// the tunnel neighbour OVS snoops from the answer is always `br-phy`'s MAC. The chaos soak
+/// (issue 33) found the node's kernel answering a second time from `eth0` (`br-phy`'s port,
+/// with a MAC of its own): when OVS snooped that answer last, every VXLAN packet to the node
+/// went to a MAC `br-phy` does not own and was dropped, and traffic between two nodes stopped
+/// for up to 135 s after a br0 deletion set off ARP.
+#[test]
+fn underlay_arp_is_answered_by_br_phy_alone() {
+    let (lab, pods) = lab_with_pods(3);
+    for (asker, target) in [(1, 2), (1, 3), (2, 1), (2, 3), (3, 1), (3, 2)] {
+        let a = lab.node(asker).expect("node");
+        let t = lab.node(target).expect("node");
+        let ip = t.underlay_ip().to_string();
+        let out = lab
+            .run_in(
+                a.ns(),
+                "arping",
+                &["-c", "2", "-w", "3", "-I", "br-phy", &ip],
+            )
+            .expect("arping answered");
+        // "42 bytes from 0a:00:00:00:00:02 (172.31.X.2): index=0 time=..."
+        let macs: BTreeSet<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(" bytes from ")?.1.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            macs,
+            BTreeSet::from([t.phy_mac()]),
+            "node{asker} asking for node{target}'s {ip}:\n{out}"
+        );
+    }
+
+    // OVS snooped those answers (they crossed each asker's br-phy): every node's tunnel
+    // neighbours are still the other nodes' br-phy MACs, and every pair of pods talks.
+    for (i, j) in [(0usize, 1usize), (1, 2), (2, 0)] {
+        let t = Instant::now();
+        while lab
+            .ping(&pods[i].ns, IpAddr::V4(pods[j].ip), 1)
+            .expect("ping runs")
+            .received
+            == 0
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "pod {} -> {}: no traffic after the ARP exchanges",
+                pods[i].ip,
+                pods[j].ip
+            );
+        }
+    }
+    for n in 1..=3 {
+        let shown = lab
+            .node(n)
+            .expect("node")
+            .ovs()
+            .appctl(["tnl/neigh/show"])
+            .expect("show");
+        for m in (1..=3).filter(|&m| m != n) {
+            let other = lab.node(m).expect("node");
+            let ip = other.underlay_ip().to_string();
+            let entry = shown
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(ip.as_str()));
+            assert!(
+                entry.is_some_and(|l| l.split_whitespace().nth(1) == Some(other.phy_mac())),
+                "node{n}'s neighbour for node{m} ({ip}) is not its br-phy MAC {}:\n{shown}",
+                other.phy_mac()
+            );
+        }
+    }
 }

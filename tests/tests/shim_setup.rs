@@ -29,6 +29,9 @@ fn snapshot(lab: &NetnsLab) -> Vec<String> {
             "tun0",
         ]),
         vsctl(&["get-controller", "br0"]),
+        // Its UUID too: a repair of a setting must not replace the row (the switch would drop
+        // its connection).
+        vsctl(&["--columns=_uuid,target,max_backoff", "list", "Controller"]),
         vsctl(&["list-ports", "br0"]),
         // IPv4 only: the kernel's own IPv6 link-local address carries a transient
         // `tentative` while duplicate address detection runs (the shim sets none of it).
@@ -96,7 +99,8 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
     assert_eq!(snapshot(&lab), before, "state changed on re-run");
 
     // What was built.
-    let [bridge, ifaces, controller, _ports, addr, routes, nft, fwd] = &before[..] else {
+    let [bridge, ifaces, controller, controller_row, _ports, addr, routes, nft, fwd] = &before[..]
+    else {
         panic!("snapshot shape");
     };
     for want in [
@@ -109,6 +113,12 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
         assert!(bridge.contains(want), "{want} not in\n{bridge}");
     }
     assert_eq!(controller.trim(), of_target);
+    // The switch retries its controller at least every second (Open vSwitch's own default
+    // waits up to 8 s between attempts).
+    assert!(
+        controller_row.contains("max_backoff         : 1000"),
+        "{controller_row}"
+    );
     assert_eq!(node.ovs().ofport("vxlan0").expect("ofport"), 1);
     assert_eq!(node.ovs().ofport("tun0").expect("ofport"), 2);
     let local_ip = format!("local_ip=\"{}\"", lab.underlay_ip(1));
@@ -157,15 +167,28 @@ fn shim_setup_builds_the_node_and_rerunning_changes_nothing() {
         .count();
     assert_eq!(registers, 2);
 
-    // Damage two things: the shim repairs exactly those and the node is as before.
+    // Damage three things: the shim repairs exactly those and the node is as before.
     node.ovs()
         .vsctl(["set", "Interface", "tun0", "mtu_request=1500"])
         .expect("break mtu");
+    let uuid = node
+        .ovs()
+        .vsctl(["--bare", "--columns=_uuid", "list", "Controller"])
+        .expect("controller uuid");
+    node.ovs()
+        .vsctl(["clear", "Controller", uuid.trim(), "max_backoff"])
+        .expect("break max_backoff");
     lab.run_in(node.ns(), "ip", &["route", "del", "172.30.0.0/16"])
         .expect("break route");
     let third = shim_setup_once(&lab, 1, &opts).expect("repair");
     println!("repair: {third:?}");
-    assert_eq!(third.len(), 2, "{third:?}");
+    assert_eq!(third.len(), 3, "{third:?}");
+    assert!(
+        third
+            .iter()
+            .any(|c| c == &format!("controller {of_target}: max_backoff 1000 ms")),
+        "{third:?}"
+    );
     assert!(
         third.iter().any(|c| c.contains("mtu_request=1450")),
         "{third:?}"

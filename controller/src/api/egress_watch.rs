@@ -53,6 +53,11 @@ async fn hosted(core: &CoreHandle, node: &str) -> Result<Vec<pn::EgressAssignmen
 /// Starts the stream for `node` (which must be registered).
 pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<AssignmentStream>, Status> {
     super::require_registered(core, &node, "WatchEgress").await?;
+    // Only the leader judges whether a shim watches (standbys know nothing of each other's
+    // streams): a standby sends the shim on, and a deposed leader ends its streams below.
+    if let Some(leader) = core.read(|c| c.standby_of()).await? {
+        return Err(standby_refusal(&leader));
+    }
     // Subscribe before the first read, so no change between the two is missed.
     let mut events = core.subscribe();
     let (tx, rx) = mpsc::channel::<Result<pn::EgressAssignments, Status>>(4);
@@ -74,7 +79,18 @@ pub async fn watch(core: &CoreHandle, node: String) -> Result<Response<Assignmen
     )))
 }
 
-/// Sends `node`'s list until the stream closes.
+/// Why a standby does not serve `WatchEgress` (UNAVAILABLE: the shim tries another replica).
+fn standby_refusal(leader: &str) -> Status {
+    // Marked as a standby's refusal (proto::standby): the shim moves on to another replica.
+    proto::standby::refusal(
+        leader,
+        format!(
+            "this replica is a standby (leader {leader}): a node watches its egress IPs at the leader"
+        ),
+    )
+}
+
+/// Sends `node`'s list until the stream closes (or this replica is a standby).
 async fn stream_assignments(
     core: &CoreHandle,
     node: &str,
@@ -86,6 +102,10 @@ async fn stream_assignments(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut due = true;
     loop {
+        if let Ok(Some(leader)) = core.read(|c| c.standby_of()).await {
+            let _ = tx.send(Err(standby_refusal(&leader))).await;
+            return;
+        }
         let list = match hosted(core, node).await {
             Ok(l) => l,
             Err(e) => {

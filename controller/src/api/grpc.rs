@@ -463,7 +463,13 @@ impl Admin for AdminService {
             .core
             .read(move |c: &mut Core| (c.node_flowset(&node), c.reconciler(&node)))
             .await?;
+        // What the switch must hold: the pipeline's flows and the digest marker of table 253
+        // that the reconciler writes with them (docs/pipeline.md).
         let desired = desired?;
+        let desired = topology::pipeline::marker::with_marker(
+            &desired,
+            &topology::pipeline::marker::FlowSetDigest::of(&desired),
+        );
         let view = pa::FlowView::try_from(r.view).unwrap_or(pa::FlowView::Desired);
         let lines = match view {
             pa::FlowView::Desired => flow_lines(&desired),

@@ -76,13 +76,31 @@ struct Args {
     /// 127.0.0.1:9652 with the probes' host: 127.0.0.1). Off unless given.
     #[arg(long)]
     health_listen: Option<SocketAddr>,
-    /// Seconds between audits that re-read every switch and repair drift.
-    #[arg(long, default_value_t = 30.0)]
+    /// Seconds between audits that re-read a switch whole and repair drift (changes made
+    /// behind the controller's back, which the digest marker cannot see).
+    #[arg(long, default_value_t = 300.0)]
     audit_interval: f64,
-    /// Seconds of switch idleness before an echo request (a dead switch is declared after
-    /// twice this).
-    #[arg(long, default_value_t = 2.0)]
+    /// Whole-table audits started per second across all switches: the audits' bound (at
+    /// 1,000 switches and 2 per second, every switch is audited within 500 s).
+    #[arg(long, default_value_t = controller::switches::DEFAULT_AUDIT_RATE)]
+    audit_rate: f64,
+    /// Seconds of switch idleness before an echo request.
+    #[arg(long, default_value_t = 5.0)]
     echo_interval: f64,
+    /// Seconds an echo request may go unanswered before the switch is dropped: a floor that
+    /// adapts to the switch (4 times its slowest recent answer), and no echo timeout applies
+    /// while the switch works on a bundle or read the controller sent (up to 180 s of
+    /// silence). Egress-IP failover does not wait for it (--egress-probe-timeout).
+    #[arg(long, default_value_t = 15.0)]
+    echo_timeout: f64,
+    /// Seconds between ICMP echo probes of every egress node's underlay address, egress-IP
+    /// failover's liveness signal; 0 turns the probe off.
+    #[arg(long, default_value_t = 0.1)]
+    egress_probe_interval: f64,
+    /// Seconds without an answer after which an egress node that answered before is offline
+    /// for egress IPs (its automatic IPs move, its manual ones drop out).
+    #[arg(long, default_value_t = 0.5)]
+    egress_probe_timeout: f64,
     /// Seconds a node's shim may stop watching its egress IPs (node API `WatchEgress`) before
     /// the node counts as offline for egress IPs, as if its switch were gone.
     #[arg(long, default_value_t = 5.0)]
@@ -467,7 +485,24 @@ async fn run(args: Args) -> ExitCode {
             },
             health_listen: args.health_listen,
             audit_interval: seconds("--audit-interval", args.audit_interval)?,
+            audit_rate: if args.audit_rate.is_finite() && args.audit_rate >= 0.001 {
+                args.audit_rate
+            } else {
+                return Err(format!(
+                    "--audit-rate must be at least 0.001 audits per second, not {}",
+                    args.audit_rate
+                ));
+            },
             echo_interval: seconds("--echo-interval", args.echo_interval)?,
+            echo_timeout: seconds("--echo-timeout", args.echo_timeout)?,
+            egress_probe: controller::resources::egress_probe::ProbeConfig {
+                interval: if args.egress_probe_interval == 0.0 {
+                    std::time::Duration::ZERO
+                } else {
+                    seconds("--egress-probe-interval", args.egress_probe_interval)?
+                },
+                timeout: seconds("--egress-probe-timeout", args.egress_probe_timeout)?,
+            },
             shim_grace: seconds("--shim-grace", args.shim_grace)?,
             openflow_tls: match (
                 &args.openflow_tls_cert,

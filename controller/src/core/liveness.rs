@@ -1,9 +1,21 @@
-//! Egress liveness of nodes: a node is offline for egress IPs when its switch is disconnected
-//! or its shim stopped watching (after a grace); a new leader judges it from its own view.
+//! Egress liveness of nodes: a node is offline for egress IPs when its switch is disconnected,
+//! its shim stopped watching (after a grace) or its underlay address stopped answering the
+//! egress probe; a new leader judges it from its own view.
 
 use super::*;
 
 impl Core {
+    /// When this replica is a standby, the leader it knows (`"unknown"` when none): a node's
+    /// shim watches its egress IPs at the leader only, which alone judges shim liveness.
+    pub fn standby_of(&self) -> Option<String> {
+        match self.cfg.leadership.standing() {
+            crate::ha::Standing::Standby { leader, .. } => {
+                Some(leader.unwrap_or_else(|| "unknown".into()))
+            }
+            _ => None,
+        }
+    }
+
     /// A node's shim opened (`open`) or closed a `WatchEgress` stream. When its last stream
     /// closes, returns the epoch to hand to [`Core::shim_grace_over`] after the shim grace.
     pub fn shim_stream(&mut self, node: &str, open: bool) -> Option<(u64, Duration)> {
@@ -21,7 +33,7 @@ impl Core {
                     format!("node/{node}"),
                     format!("node {node}'s shim watches its egress IPs again"),
                 ));
-                if switch_up {
+                if switch_up && !self.unreachable.contains(node) {
                     self.node_liveness(node, true);
                 }
             }
@@ -50,6 +62,55 @@ impl Core {
             format!("node {node}'s shim stopped watching its egress IPs: they move or drop out"),
         ));
         self.node_liveness(node, false);
+    }
+
+    /// The nodes the egress probe watches: every node that may host egress IPs, by its
+    /// underlay address.
+    pub fn egress_probe_targets(&self) -> Vec<(String, std::net::Ipv4Addr)> {
+        self.model
+            .egress_snapshot()
+            .nodes
+            .keys()
+            .filter_map(|n| self.model.node(n).map(|info| (n.clone(), info.ip)))
+            .collect()
+    }
+
+    /// The egress probe found `node`'s underlay address unreachable (or answering again):
+    /// an unreachable node is offline for egress IPs at once, whatever its switch session
+    /// (whose echo timeout is generous, so as not to drop busy switches) still believes; a
+    /// reachable one is online again once its switch is connected and its shim watching.
+    pub fn node_reachable(&mut self, node: &str, reachable: bool) {
+        let changed = if reachable {
+            self.unreachable.remove(node)
+        } else {
+            self.unreachable.insert(node.to_owned())
+        };
+        if !changed {
+            return;
+        }
+        if reachable {
+            tracing::info!(%node, "the node answers the egress probe again");
+            self.publish(Event::now(
+                "NodeReachable",
+                format!("node/{node}"),
+                format!("node {node} answers the egress probe again"),
+            ));
+            let switch_up = self
+                .model
+                .node(node)
+                .is_some_and(|n| self.connected.contains_key(&n.dpid));
+            if switch_up && !self.shims.get(node).is_some_and(|w| w.lost) {
+                self.node_liveness(node, true);
+            }
+        } else {
+            tracing::warn!(%node, "the node does not answer the egress probe");
+            self.publish(Event::now(
+                "NodeUnreachable",
+                format!("node/{node}"),
+                format!("node {node} does not answer the egress probe over the underlay: its egress IPs move or drop out"),
+            ));
+            self.node_liveness(node, false);
+        }
     }
 
     /// Egress IPs follow switch liveness: a node whose switch is disconnected is offline (its
@@ -114,6 +175,7 @@ impl Core {
         };
         self.publish(Event::now(kind, "controller", msg));
         if matches!(s, crate::ha::Standing::Leader { .. }) {
+            self.restart_shim_graces();
             self.persist_egress_placements();
         }
         if !matches!(s, crate::ha::Standing::Leader { .. })
@@ -177,6 +239,28 @@ impl Core {
         );
     }
 
+    /// A new leader forgets what it saw of shims' streams before it led (a shim that once
+    /// watched here and then moved to the leader of the time is not lost): every node without
+    /// a stream here gets a fresh grace to find this replica, and is lost only after it.
+    fn restart_shim_graces(&mut self) {
+        let grace = self.cfg.shim_grace;
+        let handle = self.handle();
+        for (node, w) in &mut self.shims {
+            if w.streams > 0 {
+                continue;
+            }
+            w.lost = false;
+            w.epoch += 1;
+            let (node, epoch) = (node.clone(), w.epoch);
+            if let Some(h) = handle.clone() {
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    let _ = h.read(move |c| c.shim_grace_over(&node, epoch)).await;
+                });
+            }
+        }
+    }
+
     /// Every node's egress liveness from this replica's own view: online when its switch is
     /// connected here and its shim has not stopped watching (a new leader's decisions).
     pub(super) fn rejudge_liveness(&mut self) {
@@ -187,7 +271,8 @@ impl Core {
             .collect();
         for (name, dpid) in nodes {
             let online = self.connected.contains_key(&dpid)
-                && !self.shims.get(&name).is_some_and(|w| w.lost);
+                && !self.shims.get(&name).is_some_and(|w| w.lost)
+                && !self.unreachable.contains(&name);
             self.node_liveness(&name, online);
         }
     }

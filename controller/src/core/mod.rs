@@ -121,7 +121,7 @@ pub struct CoreConfig {
 impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
-            audit_interval: Duration::from_secs(30),
+            audit_interval: Duration::from_secs(300),
             liveness_grace: Duration::from_secs(10),
             shim_grace: Duration::from_secs(5),
             leadership: crate::ha::Leadership::alone(),
@@ -167,6 +167,9 @@ pub struct Core {
     firewall_conflicts: BTreeMap<u32, String>,
     /// Nodes whose shim has watched its egress IPs (`WatchEgress`) since this start.
     shims: HashMap<String, ShimWatch>,
+    /// Egress nodes whose underlay address stopped answering the egress probe
+    /// (`resources::egress_probe`): offline for egress IPs until they answer again.
+    unreachable: std::collections::HashSet<String>,
     /// When the core started (the liveness grace counts from here).
     started: std::time::Instant,
     /// Stored records left out of the model because they do not fit it (at load, or as a
@@ -319,6 +322,7 @@ impl Core {
             dns_schedule: BTreeMap::new(),
             firewall_conflicts: BTreeMap::new(),
             shims: HashMap::new(),
+            unreachable: std::collections::HashSet::new(),
             started: std::time::Instant::now(),
             refused: BTreeMap::new(),
             stored_egress: None,

@@ -142,7 +142,9 @@ impl Core {
                     dpid,
                     link,
                 });
-                if !self.shims.get(&node).is_some_and(|w| w.lost) {
+                if !self.shims.get(&node).is_some_and(|w| w.lost)
+                    && !self.unreachable.contains(&node)
+                {
                     self.node_liveness(&node, true);
                 }
                 self.publish(Event::now(

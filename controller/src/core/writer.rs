@@ -137,6 +137,10 @@ pub(super) async fn write_group(
             StoreError::Conflict { .. } => ApiError::Aborted(format!(
                 "the change was not stored: {e}; another controller replica changed the same objects; retry"
             )),
+            // The store is healthy and said no to this change: the caller's to fix.
+            StoreError::Refused(_) => {
+                ApiError::FailedPrecondition(format!("the change was not stored: {e}"))
+            }
             // With a shared store a timed-out write may still commit: the message says so.
             e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
             e => ApiError::Unavailable(format!("the change was not stored: {e}")),
@@ -145,7 +149,12 @@ pub(super) async fn write_group(
         if watched {
             // Nothing of this batch was acknowledged; the core relists what is stored and
             // every write queued meanwhile is refused (it was built on the same model).
-            tracing::error!("storing changes failed; relisting the store");
+            match &r {
+                Err(ApiError::FailedPrecondition(m)) => {
+                    tracing::warn!(error = %m, "the store refused a change; relisting the store")
+                }
+                _ => tracing::error!("storing changes failed; relisting the store"),
+            }
             revisions(revs).draining = true;
             let down = match (&r, &not_leader) {
                 (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),

@@ -71,6 +71,10 @@ pub struct Metrics {
     pub switch_errors: Counter,
     /// Acknowledged API mutations.
     pub api_mutations: Counter,
+    /// Syncs settled by the digest marker alone (one flow read, nothing sent).
+    pub marker_verified: Counter,
+    /// Whole-table reads of a switch (connect without an agreeing marker, audits, dumps).
+    pub full_reads: Counter,
     /// Core: the model change and the flows recomputed for it (one per API mutation).
     pub phase_compute: PhaseTime,
     /// Store writer: one durable commit (one per group of changes written together).
@@ -114,6 +118,26 @@ impl Metrics {
             o,
             "flowmesh_flow_mods_sent_total {}",
             self.flow_mods_sent.get()
+        );
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_switch_marker_verified_total Switch syncs settled by the digest marker of table 253 alone."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_switch_marker_verified_total counter");
+        let _ = writeln!(
+            o,
+            "flowmesh_switch_marker_verified_total {}",
+            self.marker_verified.get()
+        );
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_switch_full_reads_total Whole-table reads of switches (flows and groups)."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_switch_full_reads_total counter");
+        let _ = writeln!(
+            o,
+            "flowmesh_switch_full_reads_total {}",
+            self.full_reads.get()
         );
         let _ = writeln!(
             o,

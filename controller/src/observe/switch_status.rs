@@ -24,6 +24,9 @@ pub struct SwitchStatus {
     pub mods_sent: AtomicU64,
     /// Changes made by audits to repair drift.
     pub drift_repairs: AtomicU64,
+    /// Syncs that found the switch's digest marker equal to the desired digest and read and
+    /// sent nothing else.
+    pub marker_verified: AtomicU64,
     /// The last error, for `get switches`.
     pub last_error: Mutex<String>,
     /// The switch's address.

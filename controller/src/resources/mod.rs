@@ -4,6 +4,7 @@
 //! * [`nodes`]: nodes, namespaces, pods and the NETID operations (join, isolate, global);
 //! * [`network_policy`]: NetworkPolicy and the labels it selects on;
 //! * [`egress_ip`]: HostSubnet/NetNamespace egress IPs;
+//! * [`egress_probe`]: the underlay probe of egress nodes, egress failover's liveness signal;
 //! * [`egress_firewall`]: EgressNetworkPolicy and the DNS names it resolves;
 //! * [`multicast`]: the multicast annotation;
 //! * [`audit`]: network policy audit logging (`policyAuditConfig`, the acl-logging annotation);
@@ -15,6 +16,7 @@ pub mod audit;
 pub mod cookies;
 pub mod egress_firewall;
 pub mod egress_ip;
+pub mod egress_probe;
 pub mod multicast;
 pub mod network_policy;
 pub mod nodes;

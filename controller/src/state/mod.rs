@@ -50,6 +50,12 @@ pub enum StoreError {
         expected: Revision,
         found: Revision,
     },
+    /// The store refused the change itself, for what it holds, not for being unreachable (with
+    /// the Kubernetes datastore: a Pod the API server does not have, or bound to another node; a
+    /// Node or Namespace that does not exist; an object the API server rejects). The store is
+    /// healthy: the writer reports the refusal and does not treat it as an outage.
+    #[error("the store refused the change: {0}")]
+    Refused(String),
     /// The store cannot be reached or cannot commit (e.g. etcd without quorum).
     #[error("{0}")]
     Unavailable(String),

@@ -63,9 +63,25 @@ pub trait SwitchLink: Send + Sync + 'static {
     fn turn(&self) -> LinkFuture<'_, Option<SyncTurn>> {
         Box::pin(async { None })
     }
+    /// Waits for a turn to audit this switch (read it whole although its marker agrees):
+    /// audits of all switches share a bounded rate. The default waits for nothing.
+    fn audit_turn(&self) -> LinkFuture<'_, ()> {
+        Box::pin(async {})
+    }
     /// Every flow (all tables), group and meter the switch holds (no meters from a switch
     /// that has none).
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
+    /// The flows of table 253 whose cookie is `cookie` (the digest marker: one flow, or none
+    /// when the switch lost its tables). The default reads the whole switch and filters.
+    fn read_marker(&self, cookie: u64) -> LinkFuture<'_, Result<Vec<Flow>, LinkError>> {
+        Box::pin(async move {
+            let (flows, _, _) = self.read_state().await?;
+            Ok(flows
+                .into_iter()
+                .filter(|f| f.table == 253 && f.cookie == cookie)
+                .collect())
+        })
+    }
     /// The switch's meter features; None when it answers no meter request (no meters). The
     /// default: a link without meters.
     fn meter_features(&self) -> LinkFuture<'_, Result<Option<MeterFeatures>, LinkError>> {

@@ -1,12 +1,17 @@
 //! One reconciler task per switch: it owns the switch's desired FlowSet and what the switch was
 //! last known to hold, and makes the second equal the first with one bundle per change.
 //!
-//! * On connect it reads the switch's flows and groups and sends only the difference, so a
-//!   controller restart or reconnect with nothing changed sends nothing.
+//! * Every bundle also writes the digest marker (table 253, `topology::pipeline::marker`): a
+//!   digest of the desired flows and groups, committed atomically with them.
+//! * On connect (and when this replica becomes leader) it reads the marker alone: equal to the
+//!   desired digest, the switch holds the desired state and nothing is read or sent. Otherwise
+//!   (an Open vSwitch restarted with empty tables, a change made while disconnected) it reads
+//!   the switch's flows and groups and sends only the difference.
 //! * Desired-state updates that queue up while a bundle is in flight are merged into one.
 //! * An update is acknowledged after the switch's barrier reply.
-//! * On every audit tick the switch is re-read and drift (flows added or removed by hand)
-//!   repaired.
+//! * On every audit tick the switch is re-read whole and drift (flows added, removed or
+//!   changed by hand, which the marker cannot see) repaired; audits take turns of their own
+//!   at a bounded rate across all switches (`SwitchLink::audit_turn`).
 //! * With several replicas ([`crate::ha`]) it first holds this replica's OpenFlow role on the
 //!   switch (master with the leader's generation, or slave), and writes only while this
 //!   replica leads with a lease surely held; a standby keeps the desired state and answers
@@ -23,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use topology::pipeline::marker::{marker_cookie, with_marker, FlowSetDigest};
 use topology::FlowSet;
 
 /// An acknowledgement a caller waits for.
@@ -87,6 +93,9 @@ pub struct Reconciler {
     standby_acks: Vec<(Ack, Instant)>,
     /// The pause before the next read-back for `standby_acks` (grows while they wait).
     standby_check: Duration,
+    /// The digest of `desired` (None until needed; kept current from each new desired set's
+    /// changes).
+    digest: Option<FlowSetDigest>,
     /// The meter features of the connection (by conn_id) as last read; None inside: the switch
     /// has no meters.
     meter_features: Option<(u64, Option<ofproto::MeterFeatures>)>,
@@ -129,7 +138,7 @@ impl Reconciler {
         });
         status
             .desired_flows
-            .store(desired.len() as u64, Ordering::Relaxed);
+            .store(desired_count(&desired, unknown), Ordering::Relaxed);
         let r = Reconciler {
             status: status.clone(),
             rx,
@@ -143,6 +152,7 @@ impl Reconciler {
             role_held: None,
             standby_acks: Vec::new(),
             standby_check: STANDBY_CHECK,
+            digest: None,
             meter_features: None,
         };
         tokio::spawn(r.run());
@@ -155,6 +165,9 @@ impl Reconciler {
         let mut audit = tokio::time::interval_at(start, self.audit_interval);
         audit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut standing = self.lead.subscribe();
+        let mut audit_wait: Option<
+            std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+        > = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.standby_check), if !self.standby_acks.is_empty() => {
@@ -193,7 +206,17 @@ impl Reconciler {
                         self.sync(acks, false).await;
                     }
                 }
-                _ = audit.tick() => {
+                _ = audit.tick(), if audit_wait.is_none() => {
+                    if let Some((_, _, link)) = self.link.clone() {
+                        if self.lead.may_program() {
+                            // Wait for an audit turn (a bounded rate across all switches)
+                            // without holding up the commands.
+                            audit_wait = Some(Box::pin(async move { link.audit_turn().await }));
+                        }
+                    }
+                }
+                _ = async { if let Some(w) = audit_wait.as_mut() { w.await } }, if audit_wait.is_some() => {
+                    audit_wait = None;
                     if self.link.is_some() && self.lead.may_program() {
                         self.installed = None;
                         self.sync(Vec::new(), true).await;
@@ -207,9 +230,12 @@ impl Reconciler {
     async fn handle(&mut self, cmd: ReconcileCmd, acks: &mut Vec<Ack>) -> bool {
         match cmd {
             ReconcileCmd::Desired { flows, ack } => {
-                self.status
-                    .desired_flows
-                    .store(flows.len() as u64, Ordering::Relaxed);
+                self.status.desired_flows.store(
+                    desired_count(&flows, self.status.unknown),
+                    Ordering::Relaxed,
+                );
+                // The digest follows the change (only the differing flows are hashed).
+                self.digest = self.digest.map(|d| d.after(&self.desired, &flows));
                 self.desired = flows;
                 acks.extend(ack);
                 true
@@ -374,8 +400,10 @@ impl Reconciler {
             return;
         };
         let holds = match read_in_turn(link.as_ref()).await {
-            Ok((f, g, m)) => match self.effective_desired(link.as_ref()).await {
-                Ok(want) => FlowSet::diff(&FlowSet::new(f, g).with_meters(m), &want).is_empty(),
+            Ok((f, g, m)) => match self.target_for(link.as_ref()).await {
+                Ok((target, _)) => {
+                    FlowSet::diff(&FlowSet::new(f, g).with_meters(m), &target).is_empty()
+                }
                 Err(_) => false,
             },
             Err(_) => false,
@@ -457,25 +485,36 @@ impl Reconciler {
         if self.status.unknown {
             return self.reset_unknown(link).await;
         }
-        let desired = self.effective_desired(link).await?;
+        let (target, digest) = self.target_for(link).await?;
         let mut turn = None;
         let installed = match self.installed.take() {
             Some(i) => i,
             None => {
+                if !audit && self.marker_agrees(link, &digest).await? {
+                    // The switch holds what this controller wants: nothing read, nothing sent.
+                    self.status.marker_verified.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.marker_verified.inc();
+                    self.status
+                        .installed_flows
+                        .store(target.len() as u64, Ordering::Relaxed);
+                    self.installed = Some(target);
+                    return Ok(());
+                }
                 turn = Some(link.turn().await);
+                self.metrics.full_reads.inc();
                 let (f, g, m) = link.read_state().await?;
                 FlowSet::new(f, g).with_meters(m)
             }
         };
         // The diff phase: not the read-back above, which is the switch's time.
         let mut t_diff = Instant::now();
-        let mut diff = FlowSet::diff(&installed, &desired);
+        let mut diff = FlowSet::diff(&installed, &target);
         if !diff.is_empty() && turn.is_none() {
             // Wait for the turn without the diff (it is redone after: the inputs are ours).
             drop(diff);
             turn = Some(link.turn().await);
             t_diff = Instant::now();
-            diff = FlowSet::diff(&installed, &desired);
+            diff = FlowSet::diff(&installed, &target);
         }
         if diff.is_empty() {
             self.status
@@ -499,11 +538,27 @@ impl Reconciler {
             meter_changes = diff.meter_adds.len() + diff.meter_modifies.len() + diff.meter_deletes.len(),
             "syncing switch"
         );
-        let batch = plan(diff);
-        let n = batch.len() as u64;
+        let steps = marker_steps(plan(diff));
+        let n = steps.iter().map(Vec::len).sum::<usize>() as u64;
         self.metrics.phase_diff.observe(t_diff.elapsed());
         let t = Instant::now();
-        link.apply(batch).await?;
+        let mut base = 0;
+        for step in steps {
+            let len = step.len();
+            link.apply(step).await.map_err(|e| match e {
+                LinkError::Refused {
+                    index,
+                    change,
+                    error,
+                } => LinkError::Refused {
+                    index: base + index,
+                    change,
+                    error,
+                },
+                e => e,
+            })?;
+            base += len;
+        }
         drop(turn);
         let took = t.elapsed();
         self.metrics.phase_switch.observe(took);
@@ -512,9 +567,46 @@ impl Reconciler {
         self.metrics.flow_mods_sent.inc_by(n);
         self.status
             .installed_flows
-            .store(desired.len() as u64, Ordering::Relaxed);
-        self.installed = Some(desired);
+            .store(target.len() as u64, Ordering::Relaxed);
+        self.installed = Some(target);
         Ok(())
+    }
+
+    /// The digest of the desired state (computed whole once, then kept current).
+    fn digest_now(&mut self) -> FlowSetDigest {
+        *self
+            .digest
+            .get_or_insert_with(|| FlowSetDigest::of(&self.desired))
+    }
+
+    /// What the switch must hold (the desired state as this switch gets it, see
+    /// [`Reconciler::effective_desired`], with its digest marker) and that digest. The kept
+    /// digest covers the whole desired state; a switch that cannot hold the meters gets a set
+    /// without them, whose digest is computed whole (such switches are rare: no meter support).
+    async fn target_for(
+        &mut self,
+        link: &dyn SwitchLink,
+    ) -> Result<(FlowSet, FlowSetDigest), LinkError> {
+        let want = self.effective_desired(link).await?;
+        let digest = if want.meters().len() == self.desired.meters().len() {
+            self.digest_now()
+        } else {
+            FlowSetDigest::of(&want)
+        };
+        Ok((with_marker(&want, &digest), digest))
+    }
+
+    /// True when the switch's marker (one flow of table 253) records `digest`.
+    async fn marker_agrees(
+        &self,
+        link: &dyn SwitchLink,
+        digest: &FlowSetDigest,
+    ) -> Result<bool, LinkError> {
+        let flows = link.read_marker(marker_cookie()).await?;
+        let agrees =
+            matches!(&flows[..], [m] if FlowSetDigest::from_marker(m).as_ref() == Some(digest));
+        tracing::debug!(node = %self.status.node, agrees, markers = flows.len(), "digest marker read");
+        Ok(agrees)
     }
 
     /// What this switch gets: the desired state, or, on a switch that cannot hold its meters,
@@ -567,6 +659,69 @@ impl Reconciler {
             _ => false,
         }
     }
+}
+
+/// The flows a node's switch should hold: its pipeline's and the digest marker (an unknown
+/// datapath gets no marker).
+fn desired_count(desired: &FlowSet, unknown: bool) -> u64 {
+    desired.len() as u64 + u64::from(!unknown)
+}
+
+/// The batch with its marker change moved: a strict delete of the marker first and its add
+/// last. In a bundle the order does not matter (it commits whole); a switch without bundles
+/// gets an ordered batch, and a batch cut short (a crash, a lost connection) then leaves no
+/// marker at all, so the next connect reads the table instead of trusting a stale digest.
+fn marker_last(
+    batch: Vec<crate::switches::link::SwitchChange>,
+) -> Vec<crate::switches::link::SwitchChange> {
+    use crate::switches::link::SwitchChange;
+    use ofproto::{FlowMod, FlowModCommand};
+    use topology::pipeline::marker::is_marker;
+    let (markers, mut rest): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .partition(|c| matches!(c, SwitchChange::Flow(fm) if is_marker(&fm.flow)));
+    let (mut adds, deletes): (Vec<_>, Vec<_>) = markers
+        .into_iter()
+        .partition(|c| matches!(c, SwitchChange::Flow(fm) if fm.command == FlowModCommand::Add));
+    let Some(add) = adds.pop() else {
+        // The marker is only deleted (a desired set without it: never for a node's switch).
+        let mut out = deletes;
+        out.extend(rest);
+        return out;
+    };
+    if let SwitchChange::Flow(fm) = &add {
+        rest.insert(
+            0,
+            SwitchChange::Flow(FlowMod::delete_strict(fm.flow.clone())),
+        );
+    }
+    rest.push(add);
+    rest
+}
+
+/// The batch as the steps it goes out in ([`marker_last`] first). A batch that changes the
+/// marker and a meter is cut in three: the marker's delete alone, the changes, the marker's
+/// add alone. Meter-mods cannot be bundled (they go just before and after the bundle), so
+/// this way no meter changes while the switch holds a marker (a connection lost half-way
+/// leaves no marker, and the next connect reads the switch whole).
+fn marker_steps(
+    batch: Vec<crate::switches::link::SwitchChange>,
+) -> Vec<Vec<crate::switches::link::SwitchChange>> {
+    use crate::switches::link::SwitchChange;
+    use ofproto::FlowModCommand;
+    use topology::pipeline::marker::is_marker;
+    let mut batch = marker_last(batch);
+    let meters = batch.iter().any(|c| matches!(c, SwitchChange::Meter(_)));
+    let first_is_marker_delete = matches!(batch.first(), Some(SwitchChange::Flow(fm))
+        if fm.command == FlowModCommand::DeleteStrict && is_marker(&fm.flow));
+    let last_is_marker_add = matches!(batch.last(), Some(SwitchChange::Flow(fm))
+        if fm.command == FlowModCommand::Add && is_marker(&fm.flow));
+    if !meters || !first_is_marker_delete || !last_is_marker_add || batch.len() < 3 {
+        return vec![batch];
+    }
+    let add = batch.split_off(batch.len() - 1);
+    let middle = batch.split_off(1);
+    vec![batch, middle, add]
 }
 
 impl Reconciler {
@@ -640,9 +795,11 @@ mod tests {
     use crate::switches::link::{LinkFuture, SwitchChange, SwitchState};
     use ofproto::meter::meter_flags;
     use ofproto::{
-        Action, Flow, FlowModCommand, Match, Meter, MeterBand, MeterFeatures, MeterModCommand,
+        Action, Flow, FlowMod, FlowModCommand, Match, Meter, MeterBand, MeterFeatures,
+        MeterModCommand,
     };
     use std::sync::Mutex;
+    use topology::pipeline::marker::is_marker;
 
     /// A switch held in memory: it applies what it is sent and counts the changes.
     #[derive(Default)]
@@ -650,6 +807,10 @@ mod tests {
         state: Mutex<(Vec<Flow>, Vec<Meter>)>,
         sent: Mutex<Vec<SwitchChange>>,
         meters: Option<MeterFeatures>,
+        /// The length of each batch applied, in order.
+        batches: Mutex<Vec<usize>>,
+        /// When set, a batch with a meter change is lost (the connection drops before it).
+        lose_meter_batches: std::sync::atomic::AtomicBool,
     }
 
     impl SwitchLink for MemorySwitch {
@@ -665,6 +826,12 @@ mod tests {
             Box::pin(async move { Ok(f) })
         }
         fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
+            if self.lose_meter_batches.load(Ordering::Relaxed)
+                && changes.iter().any(|c| matches!(c, SwitchChange::Meter(_)))
+            {
+                return Box::pin(async { Err(LinkError::Disconnected("lost".into())) });
+            }
+            self.batches.lock().expect("batches").push(changes.len());
             let mut st = self.state.lock().expect("state");
             for c in &changes {
                 match c {
@@ -757,8 +924,11 @@ mod tests {
         });
         let h = synced(switch.clone(), desired(20)).await;
         let sent: Vec<SwitchChange> = std::mem::take(&mut *switch.sent.lock().expect("sent"));
-        assert_eq!(sent.len(), 3, "{sent:?}");
-        assert!(matches!(&sent[0], SwitchChange::Meter(mm) if mm.command == MeterModCommand::Add));
+        // The marker's delete alone, the meter and the flows, the marker's add alone.
+        assert_eq!(sent.len(), 5, "{sent:?}");
+        assert_eq!(*switch.batches.lock().expect("batches"), vec![1, 3, 1]);
+        assert!(matches!(&sent[1], SwitchChange::Meter(mm) if mm.command == MeterModCommand::Add));
+        assert!(matches!(&sent[4], SwitchChange::Flow(fm) if is_marker(&fm.flow)));
         assert_eq!(h.status.audit.lock().expect("audit").as_str(), "on");
         let (tx, rx) = oneshot::channel();
         h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
@@ -769,7 +939,7 @@ mod tests {
         assert!(switch.sent.lock().expect("sent").is_empty());
         assert_eq!(h.status.mods_sent.load(Ordering::Relaxed), 0);
 
-        // A new rate is one meter modify and nothing else.
+        // A new rate is one meter modify and the new marker (the old one deleted first).
         let (tx, rx) = oneshot::channel();
         h.tx.send(ReconcileCmd::Desired {
             flows: desired(50),
@@ -782,10 +952,70 @@ mod tests {
         rx.await.expect("answered").expect("synced");
         let sent = switch.sent.lock().expect("sent").clone();
         assert!(
-            matches!(&sent[..], [SwitchChange::Meter(mm)]
-                if mm.command == MeterModCommand::Modify && mm.meter.bands[0].rate == 50),
+            matches!(&sent[..], [SwitchChange::Flow(del), SwitchChange::Meter(mm), SwitchChange::Flow(add)]
+                if mm.command == MeterModCommand::Modify && mm.meter.bands[0].rate == 50
+                    && del.command == FlowModCommand::DeleteStrict && is_marker(&del.flow)
+                    && add.command == FlowModCommand::Add && is_marker(&add.flow)),
             "{sent:?}"
         );
+    }
+
+    /// The switch's marker, as a reconnecting controller reads it.
+    fn marker_of(switch: &MemorySwitch) -> Vec<Flow> {
+        let st = switch.state.lock().expect("state");
+        st.0.iter().filter(|f| is_marker(f)).cloned().collect()
+    }
+
+    #[tokio::test]
+    async fn a_changed_meter_is_never_hidden_by_an_agreeing_marker() {
+        let switch = Arc::new(MemorySwitch {
+            meters: ovs_meters(),
+            ..Default::default()
+        });
+        let h = synced(switch.clone(), desired(20)).await;
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+        switch.sent.lock().expect("sent").clear();
+
+        // A controller restarted with a new audit rate (the flows are the same): the marker
+        // disagrees, the switch is read, and the meter is modified.
+        let h = synced(switch.clone(), desired(50)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
+        let meters = switch.state.lock().expect("state").1.clone();
+        assert_eq!(meters.len(), 1);
+        assert_eq!(meters[0].bands[0].rate, 50, "{meters:?}");
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+
+        // A meter change lost half-way (the connection drops when the meter-mod goes out)
+        // leaves no marker behind: the stale marker of rate 50 cannot vouch for the switch.
+        let h = synced(switch.clone(), desired(50)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 1);
+        switch.lose_meter_batches.store(true, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Desired {
+            flows: desired(70),
+            ack: Some(Ack {
+                tx,
+                require_connected: false,
+            }),
+        })
+        .expect("desired");
+        let answer = rx.await.expect("answered");
+        assert!(answer.is_err(), "the lost batch is not acknowledged");
+        assert!(marker_of(&switch).is_empty(), "{:?}", marker_of(&switch));
+        let (tx, rx) = oneshot::channel();
+        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
+        let _ = rx.await;
+        // A controller that went back to rate 50 reads the switch (no marker) and finds it
+        // holding what it wants; one with rate 70 repairs the meter.
+        switch.lose_meter_batches.store(false, Ordering::Relaxed);
+        let h = synced(switch.clone(), desired(70)).await;
+        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
+        assert_eq!(switch.state.lock().expect("state").1[0].bands[0].rate, 70);
+        assert_eq!(marker_of(&switch).len(), 1);
     }
 
     #[tokio::test]
@@ -794,8 +1024,16 @@ mod tests {
         let h = synced(switch.clone(), desired(20)).await;
         let (flows, meters) = switch.state.lock().expect("state").clone();
         assert!(meters.is_empty());
+        let flows: Vec<Flow> = flows.into_iter().filter(|f| !is_marker(f)).collect();
         assert_eq!(flows.len(), 1, "only the flow without a meter: {flows:?}");
         assert_eq!(flows[0].priority, 180);
+        // The marker records what this switch got (no meters): a restart finds it agreeing.
+        assert_eq!(marker_of(&switch).len(), 1);
+        let want = FlowSetDigest::of(&desired(20).without_meters());
+        assert_eq!(
+            FlowSetDigest::from_marker(&marker_of(&switch)[0]),
+            Some(want)
+        );
         let audit = h.status.audit.lock().expect("audit").clone();
         assert!(audit.starts_with("off: "), "{audit}");
         let err = h.status.last_error.lock().expect("error").clone();
@@ -817,7 +1055,28 @@ mod tests {
         .expect("desired");
         rx.await.expect("answered").expect("synced");
         assert_eq!(h.status.errors.load(Ordering::Relaxed), errors);
-        assert_eq!(switch.sent.lock().expect("sent").len(), 1);
+        // The flow and the marker (its delete first: marker_last).
+        assert_eq!(switch.sent.lock().expect("sent").len(), 3);
+    }
+
+    #[test]
+    fn a_batch_deletes_the_marker_first_and_writes_it_last() {
+        let f =
+            |i: u32| SwitchChange::Flow(FlowMod::add(Flow::new(0, 100, Match::new().in_port(i))));
+        let marker = FlowSetDigest::default().marker();
+        let batch = vec![f(1), SwitchChange::Flow(FlowMod::add(marker.clone())), f(2)];
+        let out = marker_last(batch);
+        assert_eq!(out.len(), 4);
+        assert!(
+            matches!(&out[0], SwitchChange::Flow(fm) if fm.command == FlowModCommand::DeleteStrict && is_marker(&fm.flow))
+        );
+        assert_eq!(out[1], f(1));
+        assert_eq!(out[2], f(2));
+        assert!(
+            matches!(&out[3], SwitchChange::Flow(fm) if fm.command == FlowModCommand::Add && fm.flow == marker)
+        );
+        // Without a marker change the batch is left as it is.
+        assert_eq!(marker_last(vec![f(1), f(2)]), vec![f(1), f(2)]);
     }
 
     #[test]

@@ -36,8 +36,15 @@ pub struct FsmConfig {
     /// Send an echo request after this much silence from the switch.
     pub echo_interval: Duration,
     /// Close the session when an echo request goes unanswered (and nothing else arrives)
-    /// for this long.
+    /// for this long while the controller awaits nothing else from the switch. This is a
+    /// floor: the timeout adapts to the switch, [`ECHO_TIMEOUT_FACTOR`] times the slowest of
+    /// its last [`ECHO_HISTORY`] answers (a loaded switch answers slowly, not never).
     pub echo_timeout: Duration,
+    /// How long the switch may stay silent while it works on something the controller sent
+    /// and awaits (a bundle, a flow-stats read, a barrier): Open vSwitch answers an echo only
+    /// after the messages before it, so a switch committing a large bundle is silent and
+    /// alive. No echo timeout applies before this (requests have their own deadlines too).
+    pub busy_timeout: Duration,
     /// HELLO through PORT_DESC (and the role reply) must complete within this.
     pub handshake_timeout: Duration,
     /// `miss_send_len` sent in SET_CONFIG.
@@ -53,6 +60,12 @@ pub struct FsmConfig {
     pub max_multipart_bytes: usize,
 }
 
+/// The adaptive echo timeout is at least this many times the slowest recent echo answer.
+pub const ECHO_TIMEOUT_FACTOR: u32 = 4;
+
+/// How many of the latest echo answer times the adaptive timeout remembers.
+pub const ECHO_HISTORY: usize = 8;
+
 /// Default [`FsmConfig::max_ports`]: far above any real bridge (OpenFlow port numbers of Open
 /// vSwitch end at 0xfeff; a node runs a few hundred pods at most).
 pub const DEFAULT_MAX_PORTS: usize = 16_384;
@@ -66,6 +79,7 @@ impl Default for FsmConfig {
         FsmConfig {
             echo_interval: Duration::from_secs(5),
             echo_timeout: Duration::from_secs(5),
+            busy_timeout: Duration::from_secs(180),
             handshake_timeout: Duration::from_secs(10),
             miss_send_len: 0xffff,
             role: None,
@@ -242,6 +256,8 @@ pub struct SessionFsm<R> {
     role: Option<RoleRequest>,
     last_rx: Instant,
     echo_sent: Option<(u32, Instant)>,
+    /// How long the latest echo requests took to be answered (by any message), newest last.
+    echo_answers: std::collections::VecDeque<Duration>,
     bundles_supported: bool,
     /// Bundles whose prepare barrier has not been answered.
     undecided_bundles: usize,
@@ -262,6 +278,7 @@ impl<R> SessionFsm<R> {
             role: None,
             last_rx: now,
             echo_sent: None,
+            echo_answers: std::collections::VecDeque::with_capacity(ECHO_HISTORY),
             bundles_supported: true,
             undecided_bundles: 0,
         }
@@ -421,21 +438,44 @@ impl<R> SessionFsm<R> {
         match self.phase {
             Phase::Closed => None,
             Phase::Ready => Some(match self.echo_sent {
-                Some((_, sent)) => sent + self.cfg.echo_timeout,
+                Some((_, sent)) => sent + self.liveness_timeout(),
                 None => self.last_rx + self.cfg.echo_interval,
             }),
             _ => Some(self.started + self.cfg.handshake_timeout),
         }
     }
 
+    /// True while the controller awaits an answer from the switch to something other than a
+    /// liveness probe (handshake steps have their own timeout).
+    pub fn is_busy(&self) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.responder.is_some() && !matches!(p.kind, Kind::Echo))
+    }
+
+    /// How long an unanswered echo is tolerated now: [`FsmConfig::busy_timeout`] while the
+    /// switch works on a request; otherwise the configured echo timeout or, if longer,
+    /// [`ECHO_TIMEOUT_FACTOR`] times the slowest recent answer (at most the busy timeout).
+    pub fn liveness_timeout(&self) -> Duration {
+        let busy = self.cfg.busy_timeout.max(self.cfg.echo_timeout);
+        if self.is_busy() {
+            return busy;
+        }
+        let slowest = self.echo_answers.iter().max().copied().unwrap_or_default();
+        self.cfg
+            .echo_timeout
+            .max(slowest.saturating_mul(ECHO_TIMEOUT_FACTOR))
+            .min(busy)
+    }
+
     /// Time passes: send an echo after `echo_interval` of silence, give up after a further
-    /// `echo_timeout` without any message, and bound the handshake.
+    /// [`SessionFsm::liveness_timeout`] without any message, and bound the handshake.
     pub fn tick(&mut self, now: Instant, out: &mut Vec<Output<R>>) {
         match self.phase {
             Phase::Closed => {}
             Phase::Ready => {
                 if let Some((_, sent)) = self.echo_sent {
-                    if now >= sent + self.cfg.echo_timeout {
+                    if now >= sent + self.liveness_timeout() {
                         let silent_for = now.saturating_duration_since(self.last_rx);
                         self.close(DisconnectCause::EchoTimeout { silent_for }, out);
                     }
@@ -487,7 +527,14 @@ impl<R> SessionFsm<R> {
             return;
         }
         self.last_rx = now;
-        self.echo_sent = None;
+        if let Some((_, sent)) = self.echo_sent.take() {
+            // Any message answers the echo: how long it took is what this switch needs now.
+            if self.echo_answers.len() == ECHO_HISTORY {
+                self.echo_answers.pop_front();
+            }
+            self.echo_answers
+                .push_back(now.saturating_duration_since(sent));
+        }
         // Any message proves the switch alive: liveness probes are answered by it (a switch
         // streaming a large reply may answer an echo only after the reply).
         let probes: Vec<u32> = self

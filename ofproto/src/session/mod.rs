@@ -22,7 +22,7 @@ pub mod tls;
 pub use error::{
     BatchError, BundleError, DisconnectCause, ErrorText, RefusedMessage, RequestError,
 };
-pub use fsm::{FsmConfig, SwitchInfo};
+pub use fsm::{FsmConfig, SwitchInfo, ECHO_HISTORY, ECHO_TIMEOUT_FACTOR};
 pub use handle::{ConnId, SessionEvent, SessionStats, SwitchHandle};
 pub use listener::{Backoff, Connector, EventStream, Listener, ListenerLimits, Target};
 pub use task::{run_session, run_session_with_cert, SessionConfig};

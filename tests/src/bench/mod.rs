@@ -12,6 +12,7 @@ pub mod netpol;
 pub mod podready;
 pub mod push;
 pub mod scale;
+pub mod soak;
 pub mod takeover;
 
 /// `--openflow-max-connections-per-peer` for a controller that `switches` bridges connect to

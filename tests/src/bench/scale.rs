@@ -494,6 +494,22 @@ fn set_controllers(sbx: &[OvsSandbox], switches: u32, target: Option<&str>) -> R
 struct Controller {
     proc: TrackedProcess,
     grpc: SocketAddr,
+    metrics: SocketAddr,
+}
+
+/// A counter of the controller's `/metrics` (0 when absent, e.g. a build without it).
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return 0.0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The cluster network of the run: OpenShift's default /14 of /23 node subnets holds only 512
@@ -552,7 +568,14 @@ fn start_controller(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok((Controller { proc, grpc }, t0.elapsed().as_secs_f64()))
+    Ok((
+        Controller {
+            proc,
+            grpc,
+            metrics,
+        },
+        t0.elapsed().as_secs_f64(),
+    ))
 }
 
 async fn admin_of(c: &Controller) -> Result<AdminClient<Channel>, String> {
@@ -965,6 +988,40 @@ async fn measure(
         storms.push(st);
     }
 
+    // Phase 4: verify storm. The controller restarts with nothing changed (a restart or a
+    // failover): from its start until every switch is synced again on a new connection, and
+    // how many flow-mods it sent (must be none) and whole tables it read.
+    let mut ctl = ctl;
+    ctl.proc.terminate(Duration::from_secs(10));
+    drop(admin);
+    let t0 = Instant::now();
+    let (ctl, _) = start_controller(&data, &log, of, s)?;
+    let mut admin = admin_of(&ctl).await?;
+    let ctl_pid = ctl.proc.pid();
+    let before = Pids::of(Some(ctl_pid), dirs).cpu();
+    let verify = wait_synced(
+        &mut admin,
+        ctl.grpc,
+        &mut reconnects,
+        n,
+        t0,
+        Some(&last_peers),
+        s,
+        &|| Pids::of(Some(ctl_pid), dirs),
+        mem,
+    )
+    .await?;
+    let verify_secs = verify.all_synced_secs();
+    let verify_cpu = CpuUse::between(&before, &Pids::of(Some(ctl_pid), dirs).cpu(), false);
+    let verify_mods = metric(ctl.metrics, "flowmesh_flow_mods_sent_total");
+    let verify_reads = metric(ctl.metrics, "flowmesh_switch_full_reads_total");
+    let verify_marked = metric(ctl.metrics, "flowmesh_switch_marker_verified_total");
+    println!(
+        "verify storm: controller restarted with nothing changed; all {n} switches synced {verify_secs:.2} s after its start (first {:.2} s); flow-mods sent {verify_mods:.0}; whole-table reads {verify_reads:.0}; verified by marker {verify_marked:.0}; {}",
+        verify.first_synced_secs(),
+        verify_cpu.describe()
+    );
+
     // The switches really hold what the controller says: a sample of bridges read back.
     verify_sample(sbx, s, &mut admin).await?;
     let pids = Pids::of(Some(ctl_pid), dirs);
@@ -985,7 +1042,7 @@ async fn measure(
     drop(admin);
     drop(ctl);
     println!(
-        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} load={}",
+        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} verify_storm_secs={verify_secs:.2} verify_flow_mods={verify_mods:.0} verify_full_reads={verify_reads:.0} verify_ctl_cpu_secs={:.2} load={}",
         n * s.pods_per_node,
         cpu_connect.controller * 1e3 / f64::from(n),
         cpu_connect.controller,
@@ -999,6 +1056,7 @@ async fn measure(
         worst(|st| st.own_max),
         worst(|st| st.spread),
         super::median(&storms.iter().map(|st| st.cpu.controller).collect::<Vec<_>>()),
+        verify_cpu.controller,
         loadavg().replace(' ', "/")
     );
     Ok(())

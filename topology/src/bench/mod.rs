@@ -2,6 +2,7 @@
 //! of one pod add (recompute + diff of the affected node). Wired into `flowmesh-bench compute`.
 //! Reading peak memory from `/proc/self/status` is the only I/O in this crate.
 
+pub mod antrea;
 pub mod netpol;
 
 use crate::cidr::Ipv4Cidr;

@@ -2,6 +2,7 @@
 //! pods and allowing 200 peer pods on 3 ports; the full computation of a networkpolicy-mode
 //! cluster with three policies per namespace; and the cost of relabelling one pod.
 
+use super::antrea::{run_shape, Shape, ShapeReport, ShapeSize};
 use super::{
     cluster_digest, cpu_secs, flowset_digest, peak_rss_kib, synthetic_cluster_in, BenchError,
 };
@@ -54,6 +55,8 @@ pub struct NetpolReport {
     pub flows_hash: Option<String>,
     /// The same after the relabels (when asked for).
     pub relabelled_hash: Option<String>,
+    /// With `--shape`: the shape's run, whose figures the cluster fields above repeat.
+    pub shape: Option<ShapeReport>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -257,6 +260,37 @@ fn cluster_policies(m: &mut ClusterModel, teams: usize) -> Result<usize, BenchEr
     Ok(n)
 }
 
+/// Run one of Antrea's shapes (in place of the default cluster; first, so that the peak
+/// memory is the shape's), then the 200×200 scenario, which is small.
+pub fn run_netpol_shape(
+    shape: Shape,
+    size: ShapeSize,
+    policy_nodes: usize,
+    samples: usize,
+) -> Result<NetpolReport, BenchError> {
+    let s = run_shape(shape, size, samples)?;
+    Ok(NetpolReport {
+        policy_nodes,
+        policy_flows: policy_200x200(policy_nodes, false)?,
+        policy_flows_interleaved: policy_200x200(policy_nodes, true)?,
+        cross_product_flows: 200 * 200 * 3,
+        nodes: s.size.nodes,
+        pods: s.pods,
+        namespaces: s.namespaces,
+        policies: s.policies,
+        compute_secs: s.compute_secs,
+        compute_cpu_secs: s.compute_cpu_secs,
+        total_flows: s.total_flows,
+        peak_rss_mib: s.peak_rss_mib,
+        relabel_us: s.relabel_us,
+        relabel_nodes: s.relabel_nodes,
+        relabel_changes: s.relabel_changes,
+        flows_hash: None,
+        relabelled_hash: None,
+        shape: Some(s),
+    })
+}
+
 /// Run the benchmark.
 pub fn run_netpol(
     policy_nodes: usize,
@@ -371,21 +405,25 @@ impl fmt::Display for NetpolReport {
             self.policy_flows_interleaved,
             self.cross_product_flows
         )?;
-        writeln!(
-            f,
-            "cluster: {} nodes, {} pods, {} namespaces, {} policies (networkpolicy)",
-            self.nodes, self.pods, self.namespaces, self.policies
-        )?;
-        writeln!(
-            f,
-            "pipeline compute: {:.3} s wall, {:.2} s CPU, {} flows, peak memory {} MiB",
-            self.compute_secs, self.compute_cpu_secs, self.total_flows, self.peak_rss_mib
-        )?;
-        writeln!(
-            f,
-            "relabel one pod: median {:.1} us ({} nodes recomputed, {} flow changes)",
-            self.relabel_us, self.relabel_nodes, self.relabel_changes
-        )?;
+        if let Some(s) = &self.shape {
+            writeln!(f, "{s}")?;
+        } else {
+            writeln!(
+                f,
+                "cluster: {} nodes, {} pods, {} namespaces, {} policies (networkpolicy)",
+                self.nodes, self.pods, self.namespaces, self.policies
+            )?;
+            writeln!(
+                f,
+                "pipeline compute: {:.3} s wall, {:.2} s CPU, {} flows, peak memory {} MiB",
+                self.compute_secs, self.compute_cpu_secs, self.total_flows, self.peak_rss_mib
+            )?;
+            writeln!(
+                f,
+                "relabel one pod: median {:.1} us ({} nodes recomputed, {} flow changes)",
+                self.relabel_us, self.relabel_nodes, self.relabel_changes
+            )?;
+        }
         write!(
             f,
             "netpol policy_200x200_flows={} policy_200x200_interleaved_flows={} policy_nodes={} cross_product_flows={} nodes={} pods={} namespaces={} policies={} compute_secs={:.3} compute_cpu_secs={:.2} flows={} peak_rss_mib={} relabel_us={:.1} relabel_nodes={} relabel_changes={}",
@@ -407,6 +445,23 @@ impl fmt::Display for NetpolReport {
         )?;
         if let (Some(full), Some(relabelled)) = (&self.flows_hash, &self.relabelled_hash) {
             write!(f, " flows_hash={full} relabelled_hash={relabelled}")?;
+        }
+        if let Some(s) = &self.shape {
+            let k = s.shape.key();
+            write!(
+                f,
+                " shape={} model_secs={:.3} node_flows_min={} node_flows_median={} node_flows_max={} {k}_compute_secs={:.2} {k}_compute_wall_secs={:.3} {k}_peak_rss_mib={} {k}_flows={} {k}_actions={}",
+                s.shape.name(),
+                s.model_secs,
+                s.node_flows[0],
+                s.node_flows[1],
+                s.node_flows[2],
+                s.compute_cpu_secs,
+                s.compute_secs,
+                s.peak_rss_mib,
+                s.total_flows,
+                s.total_actions
+            )?;
         }
         Ok(())
     }

@@ -541,20 +541,26 @@ impl FlowSet {
         self.runs.len()
     }
 
-    /// The minimal change that turns `installed` into `desired`.
-    pub fn diff(installed: &FlowSet, desired: &FlowSet) -> FlowDiff {
-        let mut d = FlowDiff::default();
+    /// Walks two sets in key order, telling `on` of every flow that differs:
+    /// `(Some(old), None)` only in `installed`, `(None, Some(new))` only in `desired`,
+    /// `(Some(old), Some(new))` same key, other contents. Stretches of one shared run at the
+    /// same place are skipped whole (they are identical).
+    pub fn walk_changes<'a>(
+        installed: &'a FlowSet,
+        desired: &'a FlowSet,
+        mut on: impl FnMut(Option<&'a Flow>, Option<&'a Flow>),
+    ) {
         let mut a = Cursor::new(&installed.runs);
         let mut b = Cursor::new(&desired.runs);
         loop {
             match (a.peek(), b.peek()) {
                 (None, None) => break,
                 (Some(x), None) => {
-                    d.deletes.push(x.clone());
+                    on(Some(x), None);
                     a.advance(1);
                 }
                 (None, Some(y)) => {
-                    d.adds.push(y.clone());
+                    on(None, Some(y));
                     b.advance(1);
                 }
                 (Some(x), Some(y)) => {
@@ -567,11 +573,11 @@ impl FlowSet {
                     }
                     match key_cmp(x, y) {
                         Ordering::Less => {
-                            d.deletes.push(x.clone());
+                            on(Some(x), None);
                             a.advance(1);
                         }
                         Ordering::Greater => {
-                            d.adds.push(y.clone());
+                            on(None, Some(y));
                             b.advance(1);
                         }
                         Ordering::Equal => {
@@ -581,7 +587,7 @@ impl FlowSet {
                                 || x.hard_timeout != y.hard_timeout
                                 || x.flags != y.flags
                             {
-                                d.modifies.push(y.clone());
+                                on(Some(x), Some(y));
                             }
                             a.advance(1);
                             b.advance(1);
@@ -590,6 +596,17 @@ impl FlowSet {
                 }
             }
         }
+    }
+
+    /// The minimal change that turns `installed` into `desired`.
+    pub fn diff(installed: &FlowSet, desired: &FlowSet) -> FlowDiff {
+        let mut d = FlowDiff::default();
+        FlowSet::walk_changes(installed, desired, |old, new| match (old, new) {
+            (Some(x), None) => d.deletes.push(x.clone()),
+            (None, Some(y)) => d.adds.push(y.clone()),
+            (Some(_), Some(y)) => d.modifies.push(y.clone()),
+            (None, None) => {}
+        });
         let (ma, mb) = (installed.meters(), desired.meters());
         let (mut i, mut j) = (0, 0);
         while i < ma.len() || j < mb.len() {

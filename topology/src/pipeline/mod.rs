@@ -10,6 +10,7 @@ pub mod egress_ip;
 pub mod flowset;
 pub mod fragments;
 pub mod groups;
+pub mod marker;
 pub mod multicast;
 pub mod netpol;
 pub mod priority;

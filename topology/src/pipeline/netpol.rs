@@ -36,7 +36,7 @@ use crate::Ipv4Cidr;
 use ofproto::oxm::ct_state::{NEW, TRK};
 use ofproto::oxm::eth_type::IPV4;
 use ofproto::{Action, Field, Flow, Match};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
@@ -939,6 +939,12 @@ impl PolicyCache {
         // Pods isolated per direction (a policy of that type selects them).
         let mut isolated: [BTreeMap<Ipv4Addr, &PodInfo>; 2] = Default::default();
         let stamp_base = (model.policy_reset_epoch(), model.config_epoch());
+        // The rules of a direction already turned into conjunctions for the same pods here:
+        // rules of one namespace that are equal select the same peers and ports, so a policy
+        // repeating an earlier one's rules for the same pods adds no traffic, and its
+        // conjunctions would only add a `conjunction` action to every clause flow (10,000
+        // identical policies gave each peer flow 10,000 actions). Its pods stay isolated.
+        let mut seen: HashSet<SeenRules<'_>, FastHash> = HashSet::default();
         for (p, policy_stamp) in model.policies_in_stamped(ns) {
             let selected: Vec<&PodInfo> = pods
                 .iter()
@@ -948,6 +954,7 @@ impl PolicyCache {
             if selected.is_empty() {
                 continue;
             }
+            let targets: Box<[Ipv4Addr]> = selected.iter().map(|pod| pod.ip).collect();
             let stamp = (stamp_base.0, policy_stamp, stamp_base.1);
             let by_name = match self.policies.get_mut(p.namespace.as_str()) {
                 Some(m) => m,
@@ -976,6 +983,9 @@ impl PolicyCache {
                 }
                 for pod in &selected {
                     isolated[di].insert(pod.ip, pod);
+                }
+                if !seen.insert((di, targets.clone(), rules.as_slice())) {
+                    continue;
                 }
                 let mut specs = Vec::new();
                 for (i, r) in rules.iter().enumerate() {
@@ -1086,6 +1096,9 @@ impl PolicyCache {
         })
     }
 }
+
+/// A direction's rules (by index: 0 ingress, 1 egress) for the pods with these addresses.
+type SeenRules<'m> = (usize, Box<[Ipv4Addr]>, &'m [crate::model::PolicyRule]);
 
 /// The namespace of a non-empty run of one namespace's pods.
 fn namespace_of<'p>(pods: &[&'p PodInfo]) -> &'p str {

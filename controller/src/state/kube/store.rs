@@ -353,7 +353,7 @@ impl KubeStore {
                 if c.host_subnet(&n.info.name).is_none()
                     && c.get(Kind::Node, "", &n.info.name).is_none()
                 {
-                    return Err(StoreError::Transaction(format!(
+                    return Err(StoreError::Refused(format!(
                         "node {}: there is no Kubernetes Node of that name; with the kubernetes datastore nodes come from the API server (their HostSubnets are made for them)",
                         n.info.name
                     )));
@@ -368,7 +368,7 @@ impl KubeStore {
                     && info.name != "default"
                     && c.get(Kind::Namespace, "", &info.name).is_none()
                 {
-                    return Err(StoreError::Transaction(format!(
+                    return Err(StoreError::Refused(format!(
                         "namespace {0}: there is no Kubernetes Namespace of that name; with the kubernetes datastore namespaces come from the API server (kubectl create namespace {0})",
                         info.name
                     )));
@@ -434,7 +434,7 @@ impl KubeStore {
                         )));
                     }
                     None if !info.labels.is_empty() => {
-                        return Err(StoreError::Transaction(format!(
+                        return Err(StoreError::Refused(format!(
                             "namespace {}: there is no Kubernetes Namespace to hold its labels",
                             info.name
                         )))
@@ -448,13 +448,13 @@ impl KubeStore {
             Change::Put(Record::Pod(p)) => {
                 let (pns, pname) = (&p.info.key.namespace, &p.info.key.name);
                 let Some(Obj::Pod(v)) = c.get(Kind::Pod, pns, pname) else {
-                    return Err(StoreError::Transaction(format!(
+                    return Err(StoreError::Refused(format!(
                         "pod {pns}/{pname} is not in the Kubernetes API: flowmesh attaches only pods the API server has"
                     )));
                 };
                 // The scheduler's binding decides where a pod may be attached.
                 if v.node_name.as_deref() != Some(p.info.node.as_str()) {
-                    return Err(StoreError::Transaction(format!(
+                    return Err(StoreError::Refused(format!(
                         "pod {pns}/{pname} is bound to {} (spec.nodeName), not to node {:?}: a pod is attached only on its own node",
                         v.node_name.as_deref().map_or("no node".to_string(), |n| format!("node {n:?}")),
                         p.info.node

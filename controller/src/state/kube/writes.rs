@@ -491,11 +491,12 @@ pub(super) fn api_error(what: &str, e: kube::Error) -> WriteError {
         kube::Error::Api(s) if s.code == 409 => {
             WriteError::Conflict(format!("{what}: {}", s.message))
         }
-        kube::Error::Api(s) if s.code == 404 => WriteError::Other(StoreError::Transaction(
-            format!("{what}: not found in the Kubernetes API ({})", s.message),
-        )),
+        kube::Error::Api(s) if s.code == 404 => WriteError::Other(StoreError::Refused(format!(
+            "{what}: not found in the Kubernetes API ({})",
+            s.message
+        ))),
         kube::Error::Api(s) if s.code == 422 || s.code == 400 => WriteError::Other(
-            StoreError::Transaction(format!("{what}: the API server refused it: {}", s.message)),
+            StoreError::Refused(format!("{what}: the API server refused it: {}", s.message)),
         ),
         _ => WriteError::Other(StoreError::Unavailable(format!(
             "Kubernetes API server: {what}: {e}"

@@ -206,8 +206,8 @@ fn echo_on_idle_and_close_within_interval_plus_timeout() {
     let s = sent(&out);
     assert!(matches!(&s[..], [(_, Message::EchoRequest(_))]));
     let echo_xid = s[0].0;
-    // An echo reply restarts the idle clock.
-    let t1 = t0 + Duration::from_secs(3);
+    // An echo reply restarts the idle clock (a quick answer leaves the timeout at its floor).
+    let t1 = t0 + Duration::from_millis(2100);
     assert!(feed(&mut fsm, Message::EchoReply(Vec::new()), echo_xid, t1).is_empty());
     assert_eq!(fsm.next_deadline(), Some(t1 + Duration::from_secs(2)));
     // Silence: echo at t1+2, dead at t1+5 = last heard + interval + timeout.
@@ -627,4 +627,141 @@ fn an_echo_probe_is_sent_at_once_and_completed_by_its_reply() {
     let mut out = Vec::new();
     fsm.begin_echo("late", &mut out);
     assert!(out.is_empty());
+}
+
+/// A Ready session with a 2 s echo interval, 3 s echo timeout and 60 s busy timeout.
+fn ready_2_3_60() -> (Fsm, Instant) {
+    ready(FsmConfig {
+        echo_interval: Duration::from_secs(2),
+        echo_timeout: Duration::from_secs(3),
+        busy_timeout: Duration::from_secs(60),
+        ..FsmConfig::default()
+    })
+}
+
+fn echo_timed_out(out: &[Output<&'static str>]) -> bool {
+    out.iter()
+        .any(|o| matches!(o, Output::Close(DisconnectCause::EchoTimeout { .. })))
+}
+
+#[test]
+fn a_switch_silent_behind_an_outstanding_bundle_is_alive_until_the_busy_timeout() {
+    let (mut fsm, t0) = ready_2_3_60();
+    let base = fsm.begin_bundle(100_000, 1, "bundle");
+    assert!(fsm.is_busy());
+    let mut out = Vec::new();
+    fsm.tick(t0 + Duration::from_secs(2), &mut out);
+    assert!(matches!(&sent(&out)[..], [(_, Message::EchoRequest(_))]));
+    let sent_at = t0 + Duration::from_secs(2);
+    // Far past interval + echo timeout: still working on the bundle, still alive.
+    out.clear();
+    fsm.tick(t0 + Duration::from_secs(30), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(fsm.next_deadline(), Some(sent_at + Duration::from_secs(60)));
+    // The bundle's prepare barrier arrives: the switch spoke, the idle clock restarts.
+    let t1 = t0 + Duration::from_secs(40);
+    let out = feed(&mut fsm, Message::BarrierReply, base + 100_001, t1);
+    assert_eq!(commit_sent(&out), Some(BundleCtrlType::CommitRequest));
+    // A silent switch is still dropped: after the busy timeout while it holds the bundle.
+    let mut out = Vec::new();
+    fsm.tick(t1 + Duration::from_secs(2), &mut out);
+    assert_eq!(sent(&out).len(), 1);
+    out.clear();
+    fsm.tick(t1 + Duration::from_secs(61), &mut out);
+    assert!(!echo_timed_out(&out), "{out:?}");
+    fsm.tick(t1 + Duration::from_secs(62), &mut out);
+    assert!(echo_timed_out(&out), "{out:?}");
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Complete {
+            responder: "bundle",
+            result: Err(Failure::Closed(_))
+        }
+    )));
+}
+
+#[test]
+fn reads_and_barriers_the_controller_awaits_also_hold_off_the_echo_timeout() {
+    for what in ["read", "barrier", "batch"] {
+        let (mut fsm, t0) = ready_2_3_60();
+        match what {
+            "read" => {
+                let req = Message::MultipartRequest(MultipartRequest::new(
+                    MultipartRequestBody::GroupDesc,
+                ));
+                fsm.begin_request(&req, "r").expect("a request");
+            }
+            "barrier" => {
+                fsm.begin_request(&Message::BarrierRequest, "r")
+                    .expect("a request");
+            }
+            _ => {
+                fsm.begin_batch(10, "r");
+            }
+        }
+        let mut out = Vec::new();
+        fsm.tick(t0 + Duration::from_secs(2), &mut out);
+        fsm.tick(t0 + Duration::from_secs(20), &mut out);
+        assert!(!echo_timed_out(&out), "{what}: {out:?}");
+    }
+}
+
+#[test]
+fn an_idle_switch_is_dropped_at_the_echo_timeout_and_probes_do_not_count_as_work() {
+    let (mut fsm, t0) = ready_2_3_60();
+    // A takeover probe outstanding is not work the switch does for the controller.
+    let mut out = Vec::new();
+    fsm.begin_echo("probe", &mut out);
+    assert!(!fsm.is_busy());
+    out.clear();
+    fsm.tick(t0 + Duration::from_secs(2), &mut out);
+    assert_eq!(sent(&out).len(), 1);
+    out.clear();
+    fsm.tick(t0 + Duration::from_millis(4999), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    fsm.tick(t0 + Duration::from_secs(5), &mut out);
+    assert!(echo_timed_out(&out), "{out:?}");
+}
+
+#[test]
+fn the_echo_timeout_adapts_to_the_slowest_recent_answers() {
+    let (mut fsm, t0) = ready_2_3_60();
+    let mut now = t0;
+    // A loaded switch answers each echo after 2.5 s.
+    for _ in 0..3 {
+        let mut out = Vec::new();
+        now += Duration::from_secs(2);
+        fsm.tick(now, &mut out);
+        let s = sent(&out);
+        let [(xid, Message::EchoRequest(_))] = &s[..] else {
+            panic!("{s:?}")
+        };
+        now += Duration::from_millis(2500);
+        let out = feed(&mut fsm, Message::EchoReply(Vec::new()), *xid, now);
+        assert!(out.is_empty(), "{out:?}");
+    }
+    assert_eq!(
+        fsm.liveness_timeout(),
+        Duration::from_millis(2500) * ECHO_TIMEOUT_FACTOR
+    );
+    // Silent: the echo goes at +2 s; the fixed 3 s timeout would drop it at +5 s.
+    let mut out = Vec::new();
+    fsm.tick(now + Duration::from_secs(2), &mut out);
+    out.clear();
+    fsm.tick(now + Duration::from_secs(11), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    fsm.tick(now + Duration::from_secs(12), &mut out);
+    assert!(echo_timed_out(&out), "{out:?}");
+    // Never past the busy timeout, however slow the answers were.
+    let (mut fsm, t0) = ready_2_3_60();
+    let mut out = Vec::new();
+    fsm.tick(t0 + Duration::from_secs(2), &mut out);
+    let xid = sent(&out)[0].0;
+    feed(
+        &mut fsm,
+        Message::EchoReply(Vec::new()),
+        xid,
+        t0 + Duration::from_secs(50),
+    );
+    assert_eq!(fsm.liveness_timeout(), Duration::from_secs(60));
 }

@@ -1,0 +1,356 @@
+//! The soak's faults, drawn from the seed: kill -9 and SIGSTOP/SIGCONT of the leader and of
+//! standbys, an etcd member killed and restarted, a shim killed and restarted, a switch's
+//! OpenFlow connection cut, br0 deleted, a node's underlay link down and up, and with
+//! `--clock-steps` a replica's wall clock stepped (libfaketime, never the machine's). At most two at
+//! once, never two on one target, never every replica nor two etcd members down.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::cluster::{lock, Cluster, ReplicaState, NODES, REPLICAS};
+use super::history::History;
+use super::judge::FaultSpan;
+
+/// What a fault hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hit {
+    /// Replica i killed (restart at the end).
+    ReplicaKill(usize),
+    /// Replica i stopped (SIGCONT at the end).
+    ReplicaStop(usize),
+    /// etcd member i killed.
+    EtcdKill(usize),
+    /// Node n's shim killed.
+    ShimKill(usize),
+    /// Node n's OpenFlow connections cut (packets to and from the replicas' OpenFlow ports
+    /// dropped in the node; let through again at the end).
+    SwitchCut(usize),
+    /// Node n's br0 deleted (an instant fault: the shim puts it back).
+    Br0Delete(usize),
+    /// Node n's underlay link down.
+    LinkDown(usize),
+    /// Replica i's wall clock stepped by the seconds given (`--clock-steps`; stepped back at
+    /// the end). Two instant faults for the judge: the step and the step back.
+    ClockStep(usize, i64),
+}
+
+/// With `--clock-steps`, the share of fault draws that step a replica's clock.
+const CLOCK_STEP_SHARE: f64 = 0.1;
+
+/// A fault in progress.
+#[derive(Debug, Clone)]
+pub struct Active {
+    /// Kind (history name).
+    pub kind: String,
+    /// What it hit.
+    pub hit: Hit,
+    /// Whether it hit the leader.
+    pub leader: bool,
+    /// When it began.
+    pub start_ms: u64,
+    /// When it is to end.
+    pub until: Instant,
+}
+
+impl Active {
+    fn node(&self) -> Option<usize> {
+        match self.hit {
+            Hit::ShimKill(n) | Hit::SwitchCut(n) | Hit::Br0Delete(n) | Hit::LinkDown(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
+    let pid = pid.ok_or("no PID")?;
+    let raw = i32::try_from(pid).map_err(|_| format!("PID {pid}"))?;
+    kill(Pid::from_raw(raw), sig).map_err(|e| format!("{sig} {pid}: {e}"))
+}
+
+/// Draws and starts one fault that does not clash with `active`; None when none fits now.
+pub fn start_one(
+    c: &Cluster,
+    h: &History,
+    rng: &mut StdRng,
+    active: &[Active],
+) -> Result<Option<Active>, String> {
+    let roll = rng.random_range(0..100);
+    let hold = |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..hi));
+    let node = rng.random_range(1..=NODES);
+    let busy_node = active.iter().any(|a| a.node() == Some(node));
+    let replica_faults = active
+        .iter()
+        .filter(|a| matches!(a.hit, Hit::ReplicaKill(_) | Hit::ReplicaStop(_)))
+        .count();
+    // Drawn only with --clock-steps, so that the seeds of runs without it keep their faults.
+    let clock = c.clock_files.is_some()
+        && rng.random_bool(CLOCK_STEP_SHARE)
+        && !active.iter().any(|a| matches!(a.hit, Hit::ClockStep(..)));
+    let (kind, hit, leader, dur) = if clock {
+        // Within the lab certificates' 5 minutes of back-dating either way.
+        let secs = rng.random_range(5..=240_i64) * if rng.random_bool(0.5) { 1 } else { -1 };
+        (
+            "clock-step".to_owned(),
+            Hit::ClockStep(rng.random_range(0..REPLICAS), secs),
+            false,
+            hold(rng, 2_000, 20_000),
+        )
+    } else {
+        match roll {
+            0..=29 => {
+                // A replica: the leader half of the time.
+                if replica_faults >= REPLICAS - 1 {
+                    return Ok(None);
+                }
+                let want_leader = rng.random_bool(0.5);
+                let stop = rng.random_bool(0.5);
+                let leader = if want_leader { c.leader() } else { None };
+                let up = c.up_replicas(rng.random_range(0..REPLICAS));
+                let i = match leader {
+                    Some(l) => l,
+                    None => {
+                        let l = c.leader();
+                        match up.into_iter().find(|&i| Some(i) != l) {
+                            Some(i) => i,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                if lock(&c.replica_state)[i] != ReplicaState::Up {
+                    return Ok(None);
+                }
+                let is_leader = leader == Some(i);
+                let who = if is_leader { "leader" } else { "standby" };
+                if stop {
+                    (
+                        format!("{who}-stop"),
+                        Hit::ReplicaStop(i),
+                        is_leader,
+                        hold(rng, 1_000, 6_000),
+                    )
+                } else {
+                    (
+                        format!("{who}-kill"),
+                        Hit::ReplicaKill(i),
+                        is_leader,
+                        hold(rng, 1_000, 8_000),
+                    )
+                }
+            }
+            30..=41 => {
+                if active.iter().any(|a| matches!(a.hit, Hit::EtcdKill(_))) {
+                    return Ok(None);
+                }
+                let i = rng.random_range(0..3);
+                (
+                    "etcd-kill".into(),
+                    Hit::EtcdKill(i),
+                    false,
+                    hold(rng, 2_000, 10_000),
+                )
+            }
+            42..=55 if !busy_node => (
+                "shim-kill".into(),
+                Hit::ShimKill(node),
+                false,
+                hold(rng, 500, 5_000),
+            ),
+            56..=69 if !busy_node => (
+                "switch-cut".into(),
+                Hit::SwitchCut(node),
+                false,
+                hold(rng, 500, 5_000),
+            ),
+            70..=82 if !busy_node => (
+                "br0-delete".into(),
+                Hit::Br0Delete(node),
+                false,
+                Duration::ZERO,
+            ),
+            83..=99 if !busy_node => (
+                "link-down".into(),
+                Hit::LinkDown(node),
+                false,
+                hold(rng, 1_000, 8_000),
+            ),
+            _ => return Ok(None),
+        }
+    };
+    let start_ms = h.ms();
+    match hit {
+        Hit::ReplicaKill(i) => {
+            lock(&c.replica_state)[i] = ReplicaState::Down;
+            let mut r = lock(&c.replicas);
+            r[i].kill9(&c.lab);
+        }
+        Hit::ReplicaStop(i) => {
+            lock(&c.replica_state)[i] = ReplicaState::Stopped;
+            signal(lock(&c.replicas)[i].pid, Signal::SIGSTOP)?;
+        }
+        Hit::EtcdKill(i) => lock(&c.etcd).kill(i),
+        Hit::ShimKill(n) => {
+            let pid = c.shim(n).pid;
+            c.lab.kill_process(pid);
+        }
+        Hit::SwitchCut(n) => {
+            // A partition between the switch and every replica's OpenFlow port (packets
+            // dropped both ways in the node): the connection dies as in a network failure.
+            // (Removing br0's controller targets instead would make ovs-vswitchd flush the
+            // table by design: a configuration change, not a cut.)
+            let ns = c.lab.node(n).map_err(|e| e.to_string())?.ns().to_owned();
+            let ports = (0..REPLICAS)
+                .map(|i| (crate::e2e::OPENFLOW_PORT + 10 * i as u16).to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let ip = c.lab.controller_ip();
+            let script = format!(
+                "table ip soak-cut {{\n chain out {{ type filter hook output priority 0; ip daddr {ip} tcp dport {{ {ports} }} drop; }}\n chain in {{ type filter hook input priority 0; ip saddr {ip} tcp sport {{ {ports} }} drop; }}\n}}\n"
+            );
+            let file = c.lab.run_dir().join(format!("soak-cut-node{n}.nft"));
+            std::fs::write(&file, script).map_err(|e| e.to_string())?;
+            let f = file.display().to_string();
+            c.lab
+                .run_in(&ns, "nft", &["-f", &f])
+                .map_err(|e| e.to_string())?;
+        }
+        Hit::Br0Delete(n) => {
+            let ovs = c.lab.node(n).map_err(|e| e.to_string())?.ovs();
+            ovs.vsctl(["--if-exists", "del-br", "br0"])
+                .map_err(|e| e.to_string())?;
+        }
+        Hit::LinkDown(n) => {
+            let ul = c.lab.underlay_ns().to_owned();
+            c.lab
+                .run_in(&ul, "ip", &["link", "set", &format!("n{n}"), "down"])
+                .map_err(|e| e.to_string())?;
+        }
+        Hit::ClockStep(i, secs) => set_clock_of(c, i, secs)?,
+    }
+    let a = Active {
+        kind,
+        hit,
+        leader,
+        start_ms,
+        until: Instant::now() + dur,
+    };
+    h.log(
+        "fault-start",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "leader": leader, "hold_ms": dur.as_millis() as u64}),
+    );
+    Ok(Some(a))
+}
+
+fn set_clock_of(c: &Cluster, i: usize, secs: i64) -> Result<(), String> {
+    let files = c.clock_files.as_ref().ok_or("no replica clock files")?;
+    let f = files
+        .get(i)
+        .ok_or_else(|| format!("no clock file for replica r{i}"))?;
+    super::cluster::set_clock(f, secs)
+}
+
+/// Ends fault `a` (restarts, SIGCONT, link up, OpenFlow let through, clock back); its spans.
+pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, String> {
+    match a.hit {
+        Hit::ReplicaKill(i) => {
+            let mut r = lock(&c.replicas);
+            r[i].spawn(&c.lab)
+                .map_err(|e| format!("restart replica r{i}: {e}"))?;
+            drop(r);
+            lock(&c.replica_state)[i] = ReplicaState::Up;
+        }
+        Hit::ReplicaStop(i) => {
+            signal(lock(&c.replicas)[i].pid, Signal::SIGCONT)?;
+            lock(&c.replica_state)[i] = ReplicaState::Up;
+        }
+        Hit::EtcdKill(i) => lock(&c.etcd)
+            .restart(i)
+            .map_err(|e| format!("restart etcd m{i}: {e}"))?,
+        Hit::ShimKill(n) => {
+            let s = crate::cni::start_shim(&c.lab, n, &c.shim_opts)
+                .map_err(|e| format!("restart shim {n}: {e}"))?;
+            lock(&c.shims)[n - 1] = s;
+        }
+        Hit::SwitchCut(n) => {
+            let ns = c.lab.node(n).map_err(|e| e.to_string())?.ns().to_owned();
+            c.lab
+                .run_in(&ns, "nft", &["delete", "table", "ip", "soak-cut"])
+                .map_err(|e| e.to_string())?;
+        }
+        Hit::Br0Delete(_) => {}
+        Hit::ClockStep(i, _) => set_clock_of(c, i, 0)?,
+        Hit::LinkDown(n) => {
+            let ul = c.lab.underlay_ns().to_owned();
+            c.lab
+                .run_in(&ul, "ip", &["link", "set", &format!("n{n}"), "up"])
+                .map_err(|e| e.to_string())?;
+            c.lab.seed_tunnel_neighbors().map_err(|e| e.to_string())?;
+        }
+    }
+    let end_ms = h.ms();
+    h.log(
+        "fault-end",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "start_ms": a.start_ms, "end_ms": end_ms}),
+    );
+    Ok(spans_of(a, end_ms))
+}
+
+/// The judge's spans of fault `a` that ended at `end_ms`: br0's deletion is instant (the shim
+/// puts it back), and a clock step is two instant faults, the step and the step back (the time
+/// in between is a replica running on another clock, which must change nothing).
+fn spans_of(a: &Active, end_ms: u64) -> Vec<FaultSpan> {
+    let instant = matches!(a.hit, Hit::Br0Delete(_) | Hit::ClockStep(..));
+    let span = FaultSpan {
+        kind: a.kind.clone(),
+        node: a.node(),
+        start_ms: a.start_ms,
+        end_ms: if instant { a.start_ms } else { end_ms },
+        leader: a.leader,
+    };
+    if matches!(a.hit, Hit::ClockStep(..)) {
+        let back = FaultSpan {
+            start_ms: end_ms,
+            end_ms,
+            ..span.clone()
+        };
+        return vec![span, back];
+    }
+    vec![span]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn active(hit: Hit) -> Active {
+        Active {
+            kind: "k".into(),
+            hit,
+            leader: false,
+            start_ms: 1_000,
+            until: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn clock_steps_and_br0_deletions_are_instant_for_the_judge() {
+        let at = |v: Vec<FaultSpan>| -> Vec<(u64, u64)> {
+            v.iter().map(|s| (s.start_ms, s.end_ms)).collect()
+        };
+        assert_eq!(
+            at(spans_of(&active(Hit::LinkDown(2)), 5_000)),
+            [(1_000, 5_000)]
+        );
+        assert_eq!(
+            at(spans_of(&active(Hit::Br0Delete(2)), 5_000)),
+            [(1_000, 1_000)]
+        );
+        let step = spans_of(&active(Hit::ClockStep(1, -90)), 9_000);
+        assert_eq!(at(step.clone()), [(1_000, 1_000), (9_000, 9_000)]);
+        // A replica's clock is the control plane's: every probe, no node.
+        assert!(step.iter().all(|s| s.node.is_none() && !s.leader));
+    }
+}
