@@ -1030,10 +1030,22 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
 /// does, and only there; the requests written by hand stay as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_ips_written_on_the_objects_are_placed_and_the_placement_written_back() {
+    egress_ips_written_on_the_objects(false).await;
+}
+
+/// The same requests written while no controller runs: the leader that starts places the IP
+/// and writes the placement back (the stored egress IPs are compared with the model's at
+/// start-up, not only on a watched change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_ips_written_while_no_controller_runs_are_placed_when_one_starts() {
+    egress_ips_written_on_the_objects(true).await;
+}
+
+async fn egress_ips_written_on_the_objects(while_stopped: bool) {
     let dir = tempfile::tempdir().expect("tmp");
     let api = MockApiServer::start_for_controller();
     seed(&api);
-    let c = kube_controller(dir.path(), &api, "c", &[]);
+    let mut c = kube_controller(dir.path(), &api, "c", &[]);
     let _sbx = sandbox(&c, &NODES);
     let ok = api
         .wait_for_async(WAIT, |a| {
@@ -1041,6 +1053,9 @@ async fn egress_ips_written_on_the_objects_are_placed_and_the_placement_written_
         })
         .await;
     assert!(ok, "no HostSubnets: {:?}", api.list("hostsubnets", None));
+    if while_stopped {
+        c.kill9();
+    }
     for n in ["node-a", "node-b"] {
         let mut hs = api.get("hostsubnets", None, n).expect("hostsubnet");
         hs["egressCIDRs"] = json!(["172.31.0.96/28"]);
@@ -1049,6 +1064,9 @@ async fn egress_ips_written_on_the_objects_are_placed_and_the_placement_written_
     let mut nn = api.get("netnamespaces", None, "ns1").expect("ns1");
     nn["egressIPs"] = json!(["172.31.0.100"]);
     api.put(nn);
+    if while_stopped {
+        c.spawn();
+    }
     let placed = |a: &MockApiServer| -> Vec<String> {
         ["node-a", "node-b", "node-c"]
             .iter()

@@ -325,7 +325,7 @@ impl Core {
             unreachable: std::collections::HashSet::new(),
             started: std::time::Instant::now(),
             refused: BTreeMap::new(),
-            stored_egress: None,
+            stored_egress: listing.as_ref().map(stored_egress_of),
         };
         core.model
             .set_egress_dns_name_limit(core.cfg.egress_dns_names_per_namespace);
@@ -449,6 +449,7 @@ impl Core {
         match loaded {
             Ok((l, listing)) => {
                 revisions(&self.revs).relisted(&listing);
+                self.stored_egress = Some(stored_egress_of(&listing));
                 self.model = l.model;
                 self.model
                     .set_egress_dns_name_limit(self.cfg.egress_dns_names_per_namespace);
@@ -1101,4 +1102,18 @@ impl crate::switches::SwitchSink for CoreHandle {
     fn switch_error(&self) {
         self.metrics.switch_errors.inc();
     }
+}
+
+/// The egress IPs record of a listing (none stored: empty), as the store holds it: what
+/// [`Core::persist_egress_placements`] compares the model's placements with, so placements made
+/// on objects written while no controller ran are written back when a leader starts.
+fn stored_egress_of(listing: &crate::state::Listing) -> topology::model::EgressSnapshot {
+    listing
+        .records
+        .iter()
+        .find_map(|(r, _)| match r {
+            crate::state::Record::EgressIps(e) => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
