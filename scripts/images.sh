@@ -35,7 +35,7 @@ set -euo pipefail
 readonly RECIPE=1
 readonly SUITE=bookworm
 # The flowmesh image: what deploy/Containerfile installs and copies (tests/tests/images.rs).
-readonly FLOWMESH_PACKAGES="openvswitch-common openvswitch-switch iproute2 nftables iputils-arping ethtool ca-certificates"
+readonly FLOWMESH_PACKAGES="openvswitch-common openvswitch-switch iproute2 nftables arping ethtool ca-certificates"
 readonly FLOWMESH_BINARIES="flowmesh-controller flowmeshctl flowmesh-shim flowmesh-cni"
 readonly FLOWMESH_REF=localhost/flowmesh:0.1.0
 # agnhost's Dockerfile adds, from Alpine: bind-tools curl netcat-openbsd iproute2 iperf bash.

@@ -412,6 +412,143 @@ impl Cluster {
     }
 }
 
+/// A control-plane daemon kube-up started, stopped by [`Cluster::stop_daemon`]: its command
+/// line, to start it again as it was.
+#[derive(Debug, Clone)]
+pub struct StoppedDaemon {
+    /// Its name in kube-up's `pids/` and `logs/` (`apiserver`, `etcd`, ...).
+    pub name: String,
+    argv: Vec<std::ffi::OsString>,
+}
+
+impl Cluster {
+    /// `PROGRAM ARGS` in the control plane's network namespace: stdout, or an error.
+    pub fn cp_run(&self, program: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.cp_netns, program])
+            .args(args);
+        run_checked(&mut cmd)
+    }
+
+    /// The PID kube-up recorded for daemon `name` (`pids/NAME`), if it is running.
+    pub fn daemon_pid(&self, name: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.dir.join("pids").join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        process_alive(pid).then_some(pid)
+    }
+
+    /// Stops the control-plane daemon `name` (SIGTERM, then SIGKILL after 30 s), waiting until
+    /// it is gone; what [`Cluster::start_daemon`] needs to start it again. Only daemons of the
+    /// control plane's network namespace (no mount namespace or cgroup of their own).
+    pub fn stop_daemon(&self, name: &str) -> Result<StoppedDaemon> {
+        let pid = self.daemon_pid(name).ok_or_else(|| HarnessError::Parse {
+            what: format!("{}/pids/{name}", self.dir.display()),
+            detail: "no running process".into(),
+        })?;
+        let cmdline_path = PathBuf::from(format!("/proc/{pid}/cmdline"));
+        let raw = std::fs::read(&cmdline_path).map_err(|source| HarnessError::Io {
+            op: "read",
+            path: cmdline_path,
+            source,
+        })?;
+        let argv: Vec<std::ffi::OsString> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_os_string()
+            })
+            .collect();
+        let pid_s = pid.to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let _ = run_checked(Command::new("kill").args(["-TERM", &pid_s]));
+        while process_alive(pid) {
+            if Instant::now() >= deadline {
+                let _ = run_checked(Command::new("kill").args(["-KILL", &pid_s]));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(StoppedDaemon {
+            name: name.to_string(),
+            argv,
+        })
+    }
+
+    /// Starts a stopped daemon again with its command line, in its own session in the control
+    /// plane's network namespace, its output appended to its log, its PID in `pids/NAME` (so
+    /// kube-down stops it).
+    pub fn start_daemon(&self, d: &StoppedDaemon) -> Result<u32> {
+        let log_path = self.logs().join(format!("{}.log", d.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|source| HarnessError::Io {
+                op: "open",
+                path: log_path.clone(),
+                source,
+            })?;
+        let err = log.try_clone().map_err(|source| HarnessError::Io {
+            op: "dup",
+            path: log_path,
+            source,
+        })?;
+        let mut cmd = Command::new("setsid");
+        cmd.arg("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.cp_netns))
+            .arg("--")
+            .args(&d.argv)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            program: command_line(&cmd),
+            source,
+        })?;
+        // setsid (not a group leader here) and nsenter (network only) exec: the child is the
+        // daemon itself.
+        let pid = child.id();
+        let pid_path = self.dir.join("pids").join(&d.name);
+        std::fs::write(&pid_path, format!("{pid}\n")).map_err(|source| HarnessError::Io {
+            op: "write",
+            path: pid_path,
+            source,
+        })?;
+        Ok(pid)
+    }
+
+    /// The control plane's etcd: `etcdctl ARGS` against it.
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String> {
+        let mut a = vec!["--endpoints", "http://127.0.0.1:2379"];
+        a.extend_from_slice(args);
+        self.cp_run("etcdctl", &a)
+    }
+
+    /// The sum of the unlabelled sample `name` over every controller replica that answers
+    /// (replicas use host networking: each node's address), by node.
+    pub fn controller_metric_by_node(&self, name: &str) -> BTreeMap<usize, f64> {
+        (1..=self.nodes)
+            .filter_map(|i| {
+                let text = self.controller_metrics(self.node_ips[i - 1]).ok()?;
+                Some((i, metric_value(&text, name)?))
+            })
+            .collect()
+    }
+}
+
+/// Whether `pid` runs (a zombie counts as gone: PID 1 here may not reap).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
 /// What the tests need of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {

@@ -643,6 +643,31 @@ fn egress_ip_fails_over_from_a_stopped_node_without_leaking_node_addresses() {
         assert_eq!(*src, want, "{n} probe(s) of {name} seen from {src}");
     }
 
+    // Every holder announced the address with a gratuitous ARP (what moves the outside host's
+    // neighbour entry at once, instead of when it expires): no shim's arping failed.
+    let shims = cluster
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "flowmesh",
+            "-l",
+            "app.kubernetes.io/name=flowmesh-node",
+            "-o",
+            "name",
+        ])
+        .expect("the shim pods");
+    for pod in shims.split_whitespace() {
+        let logs = cluster
+            .kubectl(&["logs", "-n", "flowmesh", pod, "-c", "shim"])
+            .unwrap_or_else(|e| panic!("logs of {pod}: {e}"));
+        let failed: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("arping failed") || l.contains("cannot run arping"))
+            .collect();
+        assert!(failed.is_empty(), "{pod}: {failed:?}");
+    }
+
     // Cleared: nobody holds the IP any more.
     objects.clear();
     cluster
