@@ -97,8 +97,8 @@ rootfs() {
     log "building the $name root filesystem ($packages)"
     local start=$SECONDS attempt
     # No documentation, no apt lists: what the Containerfile's rm -rf /var/lib/apt/lists does.
-    # A download the mirror did not answer fails the attempt; three attempts, then the script
-    # stops (never an empty or partial tarball in the cache).
+    # A download the mirror did not answer fails the attempt; three attempts a minute and two
+    # apart, then the script stops (never an empty or partial tarball in the cache).
     for attempt in 1 2 3; do
       rm -f "$out.tmp"
       if nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include="${packages// /,}" \
@@ -110,6 +110,8 @@ rootfs() {
       fi
       log "the $name root filesystem: mmdebstrap failed (attempt $attempt of 3)"
       ((attempt < 3)) || { rm -f "$out.tmp"; exit 1; }
+      # A mirror that did not answer for a while (seen here for ~5 minutes): back off.
+      sleep $((60 * attempt))
     done
     mv "$out.tmp" "$out"
     log "$name root filesystem: $((SECONDS - start)) s, $(du -h "$out" | cut -f1)"
