@@ -239,8 +239,12 @@ fn poke_hostsubnet(cluster: Cluster, node: String, stop: Arc<AtomicBool>) -> u64
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let mut f = std::fs::File::create(&cfg).expect("curl config");
-        for _ in 0..50 {
+        for i in 0..50 {
             n += 1;
+            if i > 0 {
+                // Each request after the first is a new operation with its own options.
+                writeln!(f, "next").expect("write curl config");
+            }
             writeln!(
                 f,
                 "url = \"https://127.0.0.1:6443/apis/network.openshift.io/v1/hostsubnets/{node}\"\n\
@@ -248,7 +252,7 @@ fn poke_hostsubnet(cluster: Cluster, node: String, stop: Arc<AtomicBool>) -> u64
                  header = \"Content-Type: application/merge-patch+json\"\n\
                  data = \"{{\\\"metadata\\\":{{\\\"annotations\\\":{{\\\"{POKE}\\\":\\\"{n}\\\"}}}}}}\"\n\
                  cacert = \"{ca}\"\ncert = \"{crt}\"\nkey = \"{key}\"\n\
-                 silent\nshow-error\nfail\noutput = \"/dev/null\"\nnext",
+                 silent\nshow-error\nfail\noutput = \"/dev/null\"",
                 ca = pki.join("ca.crt").display(),
                 crt = pki.join("admin.crt").display(),
                 key = pki.join("admin.key").display(),
