@@ -495,10 +495,16 @@ impl Cluster {
             path: log_path,
             source,
         })?;
+        // As kube-up's spawn: no descriptor but 0-2 (this process may hold a caller's flock,
+        // which the daemon would otherwise hold for the cluster's lifetime).
         let mut cmd = Command::new("setsid");
         cmd.arg("nsenter")
             .arg(format!("--net=/run/netns/{}", self.cp_netns))
-            .arg("--")
+            .args(["--", "bash", "-c"])
+            .arg(
+                r#"for fd in /proc/self/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null; done; exec "$@""#,
+            )
+            .arg(&d.name)
             .args(&d.argv)
             .stdin(Stdio::null())
             .stdout(log)
@@ -507,8 +513,8 @@ impl Cluster {
             program: command_line(&cmd),
             source,
         })?;
-        // setsid (not a group leader here) and nsenter (network only) exec: the child is the
-        // daemon itself.
+        // setsid (not a group leader here), nsenter (network only) and bash exec: the child is
+        // the daemon itself.
         let pid = child.id();
         let pid_path = self.dir.join("pids").join(&d.name);
         std::fs::write(&pid_path, format!("{pid}\n")).map_err(|source| HarnessError::Io {
