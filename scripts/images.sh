@@ -30,12 +30,14 @@
 #   scripts/images.sh [--bin-dir DIR]   DIR holds flowmesh's release binaries
 #                                       (default: $CARGO_TARGET_DIR/release or target/release)
 set -euo pipefail
+# A failure inside $(...) (a root filesystem's build) stops the script too.
+shopt -s inherit_errexit
 
 # Bump when a build step below changes, so that every key changes with it.
 readonly RECIPE=1
 readonly SUITE=bookworm
 # The flowmesh image: what deploy/Containerfile installs and copies (tests/tests/images.rs).
-readonly FLOWMESH_PACKAGES="openvswitch-common openvswitch-switch iproute2 nftables iputils-arping ethtool ca-certificates"
+readonly FLOWMESH_PACKAGES="openvswitch-common openvswitch-switch iproute2 nftables arping ethtool ca-certificates"
 readonly FLOWMESH_BINARIES="flowmesh-controller flowmeshctl flowmesh-shim flowmesh-cni"
 readonly FLOWMESH_REF=localhost/flowmesh:0.1.0
 # agnhost's Dockerfile adds, from Alpine: bind-tools curl netcat-openbsd iproute2 iperf bash.
@@ -93,13 +95,24 @@ rootfs() {
   out=$cache/rootfs/$name-$key.tar
   if [[ ! -s $out ]]; then
     log "building the $name root filesystem ($packages)"
-    local start=$SECONDS
+    local start=$SECONDS attempt
     # No documentation, no apt lists: what the Containerfile's rm -rf /var/lib/apt/lists does.
-    nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include="${packages// /,}" \
-      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-      --dpkgopt='path-exclude=/usr/share/locale/*' \
-      --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
-      "$SUITE" "$out.tmp" "${sources[@]}" >&2
+    # A download the mirror did not answer fails the attempt; three attempts a minute and two
+    # apart, then the script stops (never an empty or partial tarball in the cache).
+    for attempt in 1 2 3; do
+      rm -f "$out.tmp"
+      if nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include="${packages// /,}" \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+        "$SUITE" "$out.tmp" "${sources[@]}" >&2 && [[ -s $out.tmp ]]; then
+        break
+      fi
+      log "the $name root filesystem: mmdebstrap failed (attempt $attempt of 3)"
+      ((attempt < 3)) || { rm -f "$out.tmp"; exit 1; }
+      # A mirror that did not answer for a while (seen here for ~5 minutes): back off.
+      sleep $((60 * attempt))
+    done
     mv "$out.tmp" "$out"
     log "$name root filesystem: $((SECONDS - start)) s, $(du -h "$out" | cut -f1)"
   fi

@@ -393,7 +393,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
         Some(a) => Some(bind("health", "--health-listen", a).await?),
         None => None,
     };
-    let metrics = Arc::new(Metrics::default());
+    let mut metrics = Metrics::default();
+    metrics.kube = kube_store.as_ref().map(|k| k.counters());
+    let metrics = Arc::new(metrics);
     let core = Core::spawn_watched(
         model,
         store,

@@ -1024,6 +1024,86 @@ async fn an_exhausted_range_and_a_bad_egress_request_are_reported_as_events() {
     assert!(ns1.egress_ips.is_empty(), "{ns1:?}");
 }
 
+/// Egress IPs written on the objects themselves, as `oc patch` does (`egressCIDRs` on two
+/// HostSubnets, `egressIPs` on a NetNamespace), not through flowmesh's API: the controller
+/// places the IP and writes its choice into that HostSubnet's `egressIPs`, as OpenShift's master
+/// does, and only there; the requests written by hand stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_ips_written_on_the_objects_are_placed_and_the_placement_written_back() {
+    egress_ips_written_on_the_objects(false).await;
+}
+
+/// The same requests written while no controller runs: the leader that starts places the IP
+/// and writes the placement back (the stored egress IPs are compared with the model's at
+/// start-up, not only on a watched change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_ips_written_while_no_controller_runs_are_placed_when_one_starts() {
+    egress_ips_written_on_the_objects(true).await;
+}
+
+async fn egress_ips_written_on_the_objects(while_stopped: bool) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let mut c = kube_controller(dir.path(), &api, "c", &[]);
+    let _sbx = sandbox(&c, &NODES);
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            a.list("hostsubnets", None).len() == 3 && a.get("netnamespaces", None, "ns1").is_some()
+        })
+        .await;
+    assert!(ok, "no HostSubnets: {:?}", api.list("hostsubnets", None));
+    if while_stopped {
+        c.kill9();
+    }
+    for n in ["node-a", "node-b"] {
+        let mut hs = api.get("hostsubnets", None, n).expect("hostsubnet");
+        hs["egressCIDRs"] = json!(["172.31.0.96/28"]);
+        api.put(hs);
+    }
+    let mut nn = api.get("netnamespaces", None, "ns1").expect("ns1");
+    nn["egressIPs"] = json!(["172.31.0.100"]);
+    api.put(nn);
+    if while_stopped {
+        c.spawn();
+    }
+    let placed = |a: &MockApiServer| -> Vec<String> {
+        ["node-a", "node-b", "node-c"]
+            .iter()
+            .filter(|n| {
+                a.get("hostsubnets", None, n).unwrap_or_default()["egressIPs"]
+                    == json!(["172.31.0.100"])
+            })
+            .map(|n| n.to_string())
+            .collect()
+    };
+    let ok = api
+        .wait_for_async(WAIT, |a| {
+            let p = placed(a);
+            p.len() == 1 && p[0] != "node-c"
+        })
+        .await;
+    assert!(
+        ok,
+        "the placement was not written back: {:?}",
+        api.list("hostsubnets", None)
+    );
+    for n in ["node-a", "node-b"] {
+        let hs = api.get("hostsubnets", None, n).expect("hostsubnet");
+        assert_eq!(hs["egressCIDRs"], json!(["172.31.0.96/28"]), "{hs}");
+    }
+    let nn = api.get("netnamespaces", None, "ns1").expect("ns1");
+    assert_eq!(nn["egressIPs"], json!(["172.31.0.100"]), "{nn}");
+    let shown = ctl(c.grpc, &["get", "netnamespaces", "ns1"])
+        .ok()
+        .to_string();
+    let node = placed(&api).remove(0);
+    assert!(
+        shown.contains(&format!("172.31.0.100@{node}")),
+        "the API shows another placement: {shown}"
+    );
+}
+
 /// flowmesh installed on a cluster that already has NetworkPolicies and an egress firewall: they
 /// wait for their namespaces' NETIDs (the controller starts; nothing is "inconsistent"), then
 /// take effect, and pods attached afterwards get the labels and named ports of their objects.

@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{HarnessError, Result};
-use crate::process::{command_line, output_of};
+use crate::process::{command_line, output_of, run_checked};
 
 /// Serializes bring-ups inside one test process (kube-up.sh also holds a lock across
 /// processes).
@@ -301,10 +301,257 @@ impl Cluster {
         )
     }
 
+    /// `PROGRAM ARGS` inside node `i`'s network and mount namespaces (where its Open vSwitch,
+    /// kubelet and containerd see their own `/run`): stdout, or an error with stderr.
+    pub fn node_run(&self, i: usize, program: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.node_netns(i)))
+            .arg(format!("--mount={}", self.node_mount_ns(i).display()))
+            .arg("--")
+            .arg(program)
+            .args(args);
+        run_checked(&mut cmd)
+    }
+
+    /// Node `i`'s `br0` as the switch holds it: its flows without counters and durations
+    /// (`ovs-ofctl dump-flows --no-stats`) and its groups, each list sorted.
+    pub fn switch_tables(&self, i: usize) -> Result<Vec<String>> {
+        let of = |what: &str, extra: &[&str]| -> Result<Vec<String>> {
+            let mut args = vec!["-O", "OpenFlow13", what, "br0"];
+            args.extend_from_slice(extra);
+            let out = self.node_run(i, "ovs-ofctl", &args)?;
+            let mut lines: Vec<String> = out
+                .lines()
+                .filter(|l| !l.starts_with("OFPST_") && !l.trim().is_empty())
+                .map(|l| l.trim().to_string())
+                .collect();
+            lines.sort();
+            Ok(lines)
+        };
+        let mut all = of("dump-flows", &["--no-stats"])?;
+        all.extend(of("dump-groups", &[])?);
+        Ok(all)
+    }
+
+    /// The OpenFlow controller connections of node `i`'s `br0` as the switch reports them:
+    /// (target, role) of each connected one (`role` is `master`, `slave` or `other`).
+    pub fn switch_roles(&self, i: usize) -> Result<Vec<(String, String)>> {
+        let out = self.node_run(
+            i,
+            "ovs-vsctl",
+            &[
+                "--timeout=10",
+                "--format=csv",
+                "--data=bare",
+                "--no-headings",
+                "--columns=target,role,is_connected",
+                "list",
+                "controller",
+            ],
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').map(str::trim).collect();
+                (f.len() == 3 && f[2] == "true").then(|| (f[0].to_string(), f[1].to_string()))
+            })
+            .collect())
+    }
+
+    /// The Prometheus text of the controller replica listening on `ip` (replicas use host
+    /// networking, so a node's address), read from the control plane's namespace with the
+    /// read-only client certificate kube-up made (`flowmesh-pki/read-only-viewer.pem`).
+    pub fn controller_metrics(&self, ip: Ipv4Addr) -> Result<String> {
+        let pki = self.dir.join("flowmesh-pki");
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &self.cp_netns,
+            "curl",
+            "-sS",
+            "-f",
+            "-m",
+            "10",
+        ])
+        .arg("--cacert")
+        .arg(pki.join("ca.pem"))
+        .arg("--cert")
+        .arg(pki.join("read-only-viewer.pem"))
+        .arg("--key")
+        .arg(pki.join("read-only-viewer-key.pem"))
+        .arg(format!("https://{ip}:9651/metrics"));
+        run_checked(&mut cmd)
+    }
+
+    /// The holder of the controller's election Lease (`flowmesh/flowmesh-controller`, the
+    /// holder being the replica's pod name); None while nobody holds it.
+    pub fn controller_leader(&self) -> Result<Option<String>> {
+        let out = self.kubectl(&[
+            "get",
+            "lease",
+            "-n",
+            "flowmesh",
+            "flowmesh-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])?;
+        let h = out.trim();
+        Ok((!h.is_empty()).then(|| h.to_string()))
+    }
+
+    /// The index (1-based) of the node named `name`.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        (1..=self.nodes).find(|i| self.node_name(*i) == name)
+    }
+
     /// The pods of `ns` matching `selector`.
     pub fn pods(&self, ns: &str, selector: &str) -> Result<Vec<PodInfo>> {
         let out = self.kubectl(&["get", "pods", "-n", ns, "-l", selector, "-o", "json"])?;
         parse_pods(&out)
+    }
+}
+
+/// A control-plane daemon kube-up started, stopped by [`Cluster::stop_daemon`]: its command
+/// line, to start it again as it was.
+#[derive(Debug, Clone)]
+pub struct StoppedDaemon {
+    /// Its name in kube-up's `pids/` and `logs/` (`apiserver`, `etcd`, ...).
+    pub name: String,
+    argv: Vec<std::ffi::OsString>,
+}
+
+impl Cluster {
+    /// `PROGRAM ARGS` in the control plane's network namespace: stdout, or an error.
+    pub fn cp_run(&self, program: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.cp_netns, program])
+            .args(args);
+        run_checked(&mut cmd)
+    }
+
+    /// The PID kube-up recorded for daemon `name` (`pids/NAME`), if it is running.
+    pub fn daemon_pid(&self, name: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.dir.join("pids").join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        process_alive(pid).then_some(pid)
+    }
+
+    /// Stops the control-plane daemon `name` (SIGTERM, then SIGKILL after 30 s), waiting until
+    /// it is gone; what [`Cluster::start_daemon`] needs to start it again. Only daemons of the
+    /// control plane's network namespace (no mount namespace or cgroup of their own).
+    pub fn stop_daemon(&self, name: &str) -> Result<StoppedDaemon> {
+        let pid = self.daemon_pid(name).ok_or_else(|| HarnessError::Parse {
+            what: format!("{}/pids/{name}", self.dir.display()),
+            detail: "no running process".into(),
+        })?;
+        let cmdline_path = PathBuf::from(format!("/proc/{pid}/cmdline"));
+        let raw = std::fs::read(&cmdline_path).map_err(|source| HarnessError::Io {
+            op: "read",
+            path: cmdline_path,
+            source,
+        })?;
+        let argv: Vec<std::ffi::OsString> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_os_string()
+            })
+            .collect();
+        let pid_s = pid.to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let _ = run_checked(Command::new("kill").args(["-TERM", &pid_s]));
+        while process_alive(pid) {
+            if Instant::now() >= deadline {
+                let _ = run_checked(Command::new("kill").args(["-KILL", &pid_s]));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(StoppedDaemon {
+            name: name.to_string(),
+            argv,
+        })
+    }
+
+    /// Starts a stopped daemon again with its command line, in its own session in the control
+    /// plane's network namespace, its output appended to its log, its PID in `pids/NAME` (so
+    /// kube-down stops it).
+    pub fn start_daemon(&self, d: &StoppedDaemon) -> Result<u32> {
+        let log_path = self.logs().join(format!("{}.log", d.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|source| HarnessError::Io {
+                op: "open",
+                path: log_path.clone(),
+                source,
+            })?;
+        let err = log.try_clone().map_err(|source| HarnessError::Io {
+            op: "dup",
+            path: log_path,
+            source,
+        })?;
+        // As kube-up's spawn: no descriptor but 0-2 (this process may hold a caller's flock,
+        // which the daemon would otherwise hold for the cluster's lifetime).
+        let mut cmd = Command::new("setsid");
+        cmd.arg("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.cp_netns))
+            .args(["--", "bash", "-c"])
+            .arg(
+                r#"for fd in /proc/self/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null; done; exec "$@""#,
+            )
+            .arg(&d.name)
+            .args(&d.argv)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            program: command_line(&cmd),
+            source,
+        })?;
+        // setsid (not a group leader here), nsenter (network only) and bash exec: the child is
+        // the daemon itself.
+        let pid = child.id();
+        let pid_path = self.dir.join("pids").join(&d.name);
+        std::fs::write(&pid_path, format!("{pid}\n")).map_err(|source| HarnessError::Io {
+            op: "write",
+            path: pid_path,
+            source,
+        })?;
+        Ok(pid)
+    }
+
+    /// The control plane's etcd: `etcdctl ARGS` against it.
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String> {
+        let mut a = vec!["--endpoints", "http://127.0.0.1:2379"];
+        a.extend_from_slice(args);
+        self.cp_run("etcdctl", &a)
+    }
+
+    /// The sum of the unlabelled sample `name` over every controller replica that answers
+    /// (replicas use host networking: each node's address), by node.
+    pub fn controller_metric_by_node(&self, name: &str) -> BTreeMap<usize, f64> {
+        (1..=self.nodes)
+            .filter_map(|i| {
+                let text = self.controller_metrics(self.node_ips[i - 1]).ok()?;
+                Some((i, metric_value(&text, name)?))
+            })
+            .collect()
+    }
+}
+
+/// Whether `pid` runs (a zombie counts as gone: PID 1 here may not reap).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
     }
 }
 
@@ -347,6 +594,13 @@ pub fn pod_info(p: &serde_json::Value) -> PodInfo {
     }
 }
 
+/// The value of the unlabelled sample `name` in a Prometheus text.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn checked(args: &[&str], out: Output) -> Result<String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -378,5 +632,8 @@ mod tests {
         assert!(pods[0].ready && !pods[1].ready);
         assert_eq!(pods[0].ip, "10.128.0.2");
         assert!(parse_pods("not json").is_err());
+        let m = "# TYPE x counter\nflowmesh_flow_mods_sent_total 12\nflowmesh_flow_mods_sent_totals 3\n";
+        assert_eq!(metric_value(m, "flowmesh_flow_mods_sent_total"), Some(12.0));
+        assert_eq!(metric_value(m, "flowmesh_switch_errors_total"), None);
     }
 }

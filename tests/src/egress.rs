@@ -2,9 +2,11 @@
 //! with a UDP service that records (and answers with) the source address of every datagram,
 //! a prober that sends numbered datagrams from a pod at a fixed interval, and killing and
 //! reviving a node (underlay link down, shim and ovs-vswitchd stopped; then all back).
-//! Used by `tests/tests/e2e_egressip.rs` and `flowmesh-bench egressip`.
+//! Used by `tests/tests/e2e_egressip.rs` and `flowmesh-bench egressip`; [`TcpRecorder`] also
+//! by `tests/tests/cluster_egressip.rs` (the real cluster's outside host).
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -93,6 +95,111 @@ impl UdpRecorder {
 }
 
 impl Drop for UdpRecorder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One TCP connection as the outside host saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpArrival {
+    /// When it was accepted.
+    pub at: Instant,
+    /// Its source address.
+    pub src: Ipv4Addr,
+    /// What the client sent before closing its side (at most 1 KiB, trimmed).
+    pub text: String,
+}
+
+/// A TCP service in a namespace: for every connection records when it came, its source
+/// address and what the client sent until it shut its side down, then answers `src=<addr>`.
+/// Serves on threads until dropped.
+#[derive(Debug)]
+pub struct TcpRecorder {
+    /// Where it listens.
+    pub addr: SocketAddrV4,
+    seen: Arc<Mutex<Vec<TcpArrival>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TcpRecorder {
+    /// Binds `ip:port` in `ns`.
+    pub fn start(ns: &str, ip: Ipv4Addr, port: u16) -> Result<Self> {
+        let addr = SocketAddrV4::new(ip, port);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen2, stop2) = (Arc::clone(&seen), Arc::clone(&stop));
+        let ns_owned = ns.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+        std::thread::Builder::new()
+            .name("tcp-recorder".into())
+            .spawn(move || {
+                let bound = enter_netns(&ns_owned).and_then(|()| {
+                    let l = TcpListener::bind(addr).map_err(|source| HarnessError::Net {
+                        context: format!("bind {addr} in {ns_owned}"),
+                        source,
+                    })?;
+                    l.set_nonblocking(true)
+                        .map_err(|source| HarnessError::Net {
+                            context: "nonblocking listener".into(),
+                            source,
+                        })?;
+                    Ok(l)
+                });
+                let Some(l) = crate::e2e::report_bound(&tx, bound) else {
+                    return;
+                };
+                while !stop2.load(Ordering::Relaxed) {
+                    let (mut s, peer) = match l.accept() {
+                        Ok(c) => c,
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                    };
+                    let at = Instant::now();
+                    let SocketAddr::V4(peer) = peer else { continue };
+                    let seen3 = Arc::clone(&seen2);
+                    // One thread per connection: a client that never closes does not hold up
+                    // the others (the accepted socket lives in this namespace already).
+                    let _ = std::thread::Builder::new()
+                        .name("tcp-recorder-conn".into())
+                        .spawn(move || {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+                            let mut buf = Vec::new();
+                            let _ = (&mut s).take(1024).read_to_end(&mut buf);
+                            seen3
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .push(TcpArrival {
+                                    at,
+                                    src: *peer.ip(),
+                                    text: String::from_utf8_lossy(&buf).trim().to_string(),
+                                });
+                            let _ = s.write_all(format!("src={}\n", peer.ip()).as_bytes());
+                        });
+                }
+            })
+            .map_err(|source| HarnessError::Net {
+                context: "spawn the TCP recorder".into(),
+                source,
+            })?;
+        rx.recv()
+            .map_err(|_| HarnessError::Invalid("TCP recorder thread ended".into()))??;
+        Ok(TcpRecorder { addr, seen, stop })
+    }
+
+    /// Everything seen so far, in the order the connections were read.
+    pub fn arrivals(&self) -> Vec<TcpArrival> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for TcpRecorder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }

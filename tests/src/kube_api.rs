@@ -34,6 +34,15 @@
 //!   store's starts from now;
 //! * field selectors accept any dotted path of the object;
 //! * watch timeouts default to 30 min when `timeoutSeconds` is absent.
+//!
+//! What the real API server of the test cluster (`scripts/kube-up.sh`) now shows instead:
+//! a watch expiring after etcd compacted its resourceVersion, the API server stopped and started
+//! again, and 409 Conflict from another writer (`tests/tests/cluster_apiserver.rs`); egress
+//! placement, Lease takeover, RBAC and NodeRestriction (`tests/tests/cluster_*.rs`). The mock
+//! stays for what a real server cannot be made to do on demand: watches held open without
+//! events (`hold_watches`) or lagging behind the store, a watch dropped mid-stream at a chosen
+//! moment, exact answers for one object among many (a 404 or 422 the test scripts), and runs
+//! of the controller tests without a cluster (seconds, not the cluster's minutes).
 
 mod http;
 mod patch;

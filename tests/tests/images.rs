@@ -137,3 +137,30 @@ fn local_image_is_the_one_the_manifests_name() {
     // And the Containerfile's own usage line builds that tag.
     assert!(repo_file("deploy/Containerfile").contains(&format!("-t {local_ref} ")));
 }
+
+/// The image's tools are the packages the tests run the shim with on the host
+/// (`scripts/deps.sh`), so the flags the shim passes are the ones tested: `arping` is Debian's
+/// `arping` package (`arping -U -S IP`); `iputils-arping`'s flags differ (with it, every
+/// gratuitous ARP of an egress IP failed, exit status 2, and an outside host kept sending to
+/// the old holder until its neighbour entry expired: a 9.5 s failover on the real cluster).
+#[test]
+fn the_image_installs_the_tools_the_shim_is_tested_with() {
+    let text = repo_file("scripts/deps.sh");
+    let start = text.find("pkgs=(").expect("deps.sh's pkgs=(...) list") + "pkgs=(".len();
+    let end = start + text[start..].find(')').expect("the list's end");
+    let host: BTreeSet<String> = text[start..end]
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let image = containerfile_packages();
+    // Certificates are no tool; everything else the image installs the host tests run with.
+    let untested: Vec<&String> = image
+        .iter()
+        .filter(|p| *p != "ca-certificates" && !host.contains(*p))
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "the image installs {untested:?}, which scripts/deps.sh does not give the tests"
+    );
+    assert!(image.contains("arping"), "{image:?}");
+}

@@ -176,6 +176,7 @@ impl Core {
         self.publish(Event::now(kind, "controller", msg));
         if matches!(s, crate::ha::Standing::Leader { .. }) {
             self.restart_shim_graces();
+            self.persist_egress_placements();
         }
         if !matches!(s, crate::ha::Standing::Leader { .. })
             || self.started.elapsed() < self.cfg.liveness_grace
@@ -185,6 +186,57 @@ impl Core {
             return;
         }
         self.rejudge_liveness();
+    }
+
+    /// Egress IPs configured in the store by another writer (`egressCIDRs` on a HostSubnet and
+    /// `egressIPs` on a NetNamespace written with `oc`/`kubectl`) are placed by the model when
+    /// the change is applied; the leader writes those placements back (the HostSubnets'
+    /// `egressIPs`, as OpenShift's master does), so every replica and `oc get hostsubnets` see
+    /// the one placement. Only the placements are written: requests that differ between the
+    /// model and the store (one the model refused) are never rewritten from here.
+    pub(super) fn persist_egress_placements(&mut self) {
+        let Some(stored) = self.stored_egress.clone() else {
+            return;
+        };
+        let now = self.model.egress_snapshot();
+        if now.automatic == stored.automatic
+            || now.nodes != stored.nodes
+            || now.namespaces != stored.namespaces
+            || !self.cfg.leadership.leads()
+        {
+            return;
+        }
+        tracing::info!(
+            placements = now.automatic.len(),
+            "egress IPs placed on a stored change: writing the placements back"
+        );
+        self.mutate_or_refuse(
+            Box::new(move |m: &mut ClusterModel| {
+                let now = m.egress_snapshot();
+                if now.automatic == stored.automatic
+                    || now.nodes != stored.nodes
+                    || now.namespaces != stored.namespaces
+                {
+                    return None;
+                }
+                let finish: Finish = Box::new(|r: Result<(), ApiError>| {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "writing egress IP placements back failed");
+                    }
+                });
+                Some((
+                    Effects {
+                        affected: Affected::none(),
+                        changes: vec![egress_change(m)],
+                        require_connected: None,
+                        undo: None,
+                        events: Vec::new(),
+                    },
+                    finish,
+                ))
+            }),
+            None,
+        );
     }
 
     /// A new leader forgets what it saw of shims' streams before it led (a shim that once

@@ -175,6 +175,9 @@ pub struct Core {
     /// Stored records left out of the model because they do not fit it (at load, or as a
     /// watched change): key → why. A later change of the key that fits clears it.
     refused: BTreeMap<String, String>,
+    /// The egress-IP state last seen from the store (`None` until a watched change carried
+    /// one): the placements the model made on applying it are written back by the leader.
+    stored_egress: Option<topology::model::EgressSnapshot>,
 }
 
 /// A node shim's egress watch, as the core sees it.
@@ -322,6 +325,7 @@ impl Core {
             unreachable: std::collections::HashSet::new(),
             started: std::time::Instant::now(),
             refused: BTreeMap::new(),
+            stored_egress: listing.as_ref().map(stored_egress_of),
         };
         core.model
             .set_egress_dns_name_limit(core.cfg.egress_dns_names_per_namespace);
@@ -445,6 +449,7 @@ impl Core {
         match loaded {
             Ok((l, listing)) => {
                 revisions(&self.revs).relisted(&listing);
+                self.stored_egress = Some(stored_egress_of(&listing));
                 self.model = l.model;
                 self.model
                     .set_egress_dns_name_limit(self.cfg.egress_dns_names_per_namespace);
@@ -559,11 +564,23 @@ impl Core {
     }
 
     fn apply_store_changes_affecting(&mut self, changes: &[Change], mut affected: Affected) {
+        let mut egress_seen = false;
         for c in changes {
             match crate::core::store_sync::apply_change(&mut self.model, c) {
                 Ok(a) => {
                     if self.refused.remove(&c.key().as_string()).is_some() {
                         self.count_refused();
+                    }
+                    match c {
+                        Change::Put(crate::state::Record::EgressIps(e)) => {
+                            self.stored_egress = Some(e.clone());
+                            egress_seen = true;
+                        }
+                        Change::Delete(crate::state::RecordKey::EgressIps) => {
+                            self.stored_egress = Some(Default::default());
+                            egress_seen = true;
+                        }
+                        _ => {}
                     }
                     affected.merge(a)
                 }
@@ -584,6 +601,9 @@ impl Core {
             }
         }
         self.firewall_conflicts = self.model.egress_firewall_conflicts();
+        if egress_seen {
+            self.persist_egress_placements();
+        }
         if affected.is_empty() {
             return;
         }
@@ -1082,4 +1102,18 @@ impl crate::switches::SwitchSink for CoreHandle {
     fn switch_error(&self) {
         self.metrics.switch_errors.inc();
     }
+}
+
+/// The egress IPs record of a listing (none stored: empty), as the store holds it: what
+/// [`Core::persist_egress_placements`] compares the model's placements with, so placements made
+/// on objects written while no controller ran are written back when a leader starts.
+fn stored_egress_of(listing: &crate::state::Listing) -> topology::model::EgressSnapshot {
+    listing
+        .records
+        .iter()
+        .find_map(|(r, _)| match r {
+            crate::state::Record::EgressIps(e) => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }

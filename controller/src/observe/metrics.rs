@@ -41,6 +41,18 @@ impl Gauge {
     }
 }
 
+/// What the Kubernetes datastore counts (shared by the store, which counts, and [`Metrics`],
+/// which renders them; absent on the other datastores).
+#[derive(Debug, Default)]
+pub struct KubeCounters {
+    /// Fresh listings of a kind after its first one: its watch expired (410 Gone, e.g. after
+    /// etcd compacted the revision it resumed from) or failed, and the kind was listed again.
+    pub relists: Counter,
+    /// Writes the API server refused with 409 Conflict (another writer changed the object);
+    /// each is read again and retried or left for the next pass.
+    pub write_conflicts: Counter,
+}
+
 /// Sync latency bucket bounds, seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -87,6 +99,8 @@ pub struct Metrics {
     pub stored_records_refused: Gauge,
     /// Kubernetes objects the Kubernetes datastore refuses (set by the leader's reactions).
     pub kube_objects_refused: Gauge,
+    /// The Kubernetes datastore's counters (None on the other datastores).
+    pub kube: Option<Arc<KubeCounters>>,
     sync_buckets: [AtomicU64; BUCKETS.len()],
     sync_count: AtomicU64,
     sync_sum_us: AtomicU64,
@@ -174,6 +188,24 @@ impl Metrics {
             let _ = writeln!(o, "# HELP {name} {help}");
             let _ = writeln!(o, "# TYPE {name} gauge");
             let _ = writeln!(o, "{name} {}", g.get());
+        }
+        if let Some(k) = &self.kube {
+            for (name, help, c) in [
+                (
+                    "flowmesh_kube_relists_total",
+                    "Fresh listings of a Kubernetes kind after its first one (its watch expired with 410 Gone or failed).",
+                    &k.relists,
+                ),
+                (
+                    "flowmesh_kube_write_conflicts_total",
+                    "Kubernetes writes refused with 409 Conflict (another writer changed the object); read again and retried.",
+                    &k.write_conflicts,
+                ),
+            ] {
+                let _ = writeln!(o, "# HELP {name} {help}");
+                let _ = writeln!(o, "# TYPE {name} counter");
+                let _ = writeln!(o, "{name} {}", c.get());
+            }
         }
         let _ = writeln!(o, "# HELP flowmesh_sync_latency_seconds Diff, bundle and barrier round trip of one switch sync.");
         let _ = writeln!(o, "# TYPE flowmesh_sync_latency_seconds histogram");

@@ -353,6 +353,8 @@ struct Cache {
     /// What the leader's attachment tidying looks at next: Pods and PodAttachments changed
     /// since its last pass, or everything after a fresh listing of either.
     tidy: attachments::TidyQueue,
+    /// Relists and write conflicts, for the metrics.
+    counters: Arc<crate::observe::metrics::KubeCounters>,
 }
 
 fn lock(m: &Mutex<Cache>) -> std::sync::MutexGuard<'_, Cache> {

@@ -52,6 +52,11 @@ impl KubeStore {
         Ok(store)
     }
 
+    /// The store's relist and write-conflict counters (rendered by the metrics).
+    pub fn counters(&self) -> Arc<crate::observe::metrics::KubeCounters> {
+        lock(&self.cache).counters.clone()
+    }
+
     /// The client (for the leader election and the master's reactions).
     pub fn client(&self) -> Client {
         self.client.clone()
@@ -632,6 +637,7 @@ impl KubeStore {
             Err((what, e)) => match api_error(&what, e) {
                 // Changed meanwhile: the next pass looks again.
                 WriteError::Conflict(m) => {
+                    lock(&self.cache).counters.write_conflicts.inc();
                     tracing::debug!(message = %m, "kubernetes write conflict; left for the next pass");
                     Ok(())
                 }
@@ -711,6 +717,7 @@ impl KubeStore {
                     }
                     Err((what, e)) => match api_error(&what, e) {
                         WriteError::Conflict(m) => {
+                            lock(&self.cache).counters.write_conflicts.inc();
                             conflict = Some((target, m));
                             break;
                         }

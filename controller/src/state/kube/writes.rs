@@ -188,6 +188,7 @@ pub(super) async fn follow<K, F>(
     use kube::runtime::WatchStreamExt;
     let mut stream = watcher(api, cfg).default_backoff().boxed();
     let mut init: Option<Vec<(ObjKey, Obj)>> = None;
+    let mut listed = false;
     while let Some(ev) = stream.next().await {
         let mut c = lock(&cache);
         match ev {
@@ -203,6 +204,14 @@ pub(super) async fn follow<K, F>(
                         }
                     }
                     watcher::Event::InitDone => {
+                        if listed {
+                            c.counters.relists.inc();
+                            tracing::info!(
+                                ?kind,
+                                "kubernetes: listed again (the watch expired or failed)"
+                            );
+                        }
+                        listed = true;
                         let objs = init.take().unwrap_or_default();
                         c.reset(kind, objs, true);
                     }
