@@ -507,3 +507,20 @@ async fn a_refused_merged_bundle_answers_each_update_with_its_own_result() {
     assert_eq!(held, vec![100, 101, 102, 104]);
     assert_eq!(metrics.bundle_fallbacks.get(), 1);
 }
+
+/// An update whose desired state still holds an earlier update's refused flow (computed before
+/// that refusal was taken back) is sent as its own change on top of what the switch last took:
+/// it succeeds, and the refused flow is not sent with it.
+#[tokio::test]
+async fn a_lone_update_after_a_refused_one_is_sent_without_its_flows() {
+    let (switch, h, metrics) = gated().await;
+    let refused = send(&h, &[100, REFUSED]).await.await.expect("answered");
+    assert!(refused.is_err(), "{refused:?}");
+    send(&h, &[100, REFUSED, 102])
+        .await
+        .await
+        .expect("answered")
+        .expect("its own change is taken");
+    assert_eq!(*switch.commits.lock().expect("commits"), vec![vec![102]]);
+    assert_eq!(metrics.bundle_fallbacks.get(), 1);
+}
