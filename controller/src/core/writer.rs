@@ -120,6 +120,7 @@ pub(super) async fn write_group(
     .await
     .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
     metrics.phase_store.observe(t.elapsed());
+    metrics.store_jobs.inc_by(jobs.len() as u64);
     tracing::debug!(
         jobs = jobs.len(),
         micros = t.elapsed().as_micros() as u64,

@@ -87,6 +87,14 @@ pub struct Metrics {
     pub marker_verified: Counter,
     /// Whole-table reads of a switch (connect without an agreeing marker, audits, dumps).
     pub full_reads: Counter,
+    /// Merged bundles a switch refused, whose updates were then sent one by one.
+    pub bundle_fallbacks: Counter,
+    /// Desired-state updates with a caller waiting that went out in a bundle (over
+    /// `phase_switch`'s count: updates per bundle).
+    pub bundle_updates: Counter,
+    /// Changes (one per mutation) made durable by the store writer (over `phase_store`'s
+    /// count: changes per durable commit).
+    pub store_jobs: Counter,
     /// Core: the model change and the flows recomputed for it (one per API mutation).
     pub phase_compute: PhaseTime,
     /// Store writer: one durable commit (one per group of changes written together).
@@ -153,6 +161,27 @@ impl Metrics {
             "flowmesh_switch_full_reads_total {}",
             self.full_reads.get()
         );
+        for (name, help, c) in [
+            (
+                "flowmesh_switch_bundle_fallbacks_total",
+                "Merged bundles (updates that queued while a bundle was in flight) a switch refused; their updates were then sent one by one.",
+                &self.bundle_fallbacks,
+            ),
+            (
+                "flowmesh_switch_bundle_updates_total",
+                "Updates with a caller waiting that went out in a bundle; over flowmesh_phase_seconds_count{phase=\"switch\"}: updates per bundle.",
+                &self.bundle_updates,
+            ),
+            (
+                "flowmesh_store_jobs_total",
+                "Changes (one per mutation) made durable; over flowmesh_phase_seconds_count{phase=\"store\"}: changes per durable commit.",
+                &self.store_jobs,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} counter");
+            let _ = writeln!(o, "{name} {}", c.get());
+        }
         let _ = writeln!(
             o,
             "# HELP flowmesh_switch_errors_total Errors reported by or about switches."

@@ -7,8 +7,12 @@
 //!   desired digest, the switch holds the desired state and nothing is read or sent. Otherwise
 //!   (an Open vSwitch restarted with empty tables, a change made while disconnected) it reads
 //!   the switch's flows and groups and sends only the difference.
-//! * Desired-state updates that queue up while a bundle is in flight are merged into one.
-//! * An update is acknowledged after the switch's barrier reply.
+//! * Desired-state updates that queue up while a bundle is in flight are merged into one
+//!   bundle (group commit): the switch commits them together, in arrival order, or none.
+//! * An update is acknowledged after the switch's barrier reply. When a merged bundle is
+//!   refused, each update is tried again alone, in arrival order, on top of those before it
+//!   that the switch took, so each is answered with its own result: one refused change does
+//!   not fail the others merged with it.
 //! * On every audit tick the switch is re-read whole and drift (flows added, removed or
 //!   changed by hand, which the marker cannot see) repaired; audits take turns of their own
 //!   at a bounded rate across all switches (`SwitchLink::audit_turn`).
@@ -63,6 +67,26 @@ pub enum ReconcileCmd {
     },
 }
 
+/// The desired-state updates merged into one sync (group commit): the desired state before
+/// the first, and each update's desired state with its ack, in arrival order.
+#[derive(Default)]
+struct Round {
+    base: Option<FlowSet>,
+    updates: Vec<(FlowSet, Option<Ack>)>,
+}
+
+impl Round {
+    /// Every ack of the round.
+    fn acks(self) -> Vec<Ack> {
+        self.updates.into_iter().filter_map(|(_, a)| a).collect()
+    }
+
+    /// Whether more than one caller waits on this round's bundle.
+    fn grouped(&self) -> bool {
+        self.updates.iter().filter(|(_, a)| a.is_some()).count() > 1
+    }
+}
+
 /// A handle to a running reconciler.
 #[derive(Clone)]
 pub struct ReconcilerHandle {
@@ -99,6 +123,12 @@ pub struct Reconciler {
     /// The meter features of the connection (by conn_id) as last read; None inside: the switch
     /// has no meters.
     meter_features: Option<(u64, Option<ofproto::MeterFeatures>)>,
+    /// Whether the last `sync_with` sent a bundle (it may find nothing to change).
+    sent_bundle: bool,
+    /// The desired state the switch last took whole (a sync that succeeded): where updates
+    /// sent one by one start from, so that a refused update's flows, still part of the desired
+    /// states computed after it, are not sent again with the others.
+    committed: Option<FlowSet>,
 }
 
 /// When a reconciler audits first: between half and the whole of `interval` after it starts,
@@ -154,6 +184,8 @@ impl Reconciler {
             standby_check: STANDBY_CHECK,
             digest: None,
             meter_features: None,
+            sent_bundle: false,
+            committed: None,
         };
         tokio::spawn(r.run());
         ReconcilerHandle { tx, status }
@@ -182,18 +214,19 @@ impl Reconciler {
                     // differences are sent).
                     self.installed = None;
                     if self.link.is_some() {
-                        self.sync(Vec::new(), false).await;
+                        self.sync(Round::default(), false).await;
                     }
                 }
                 cmd = self.rx.recv() => {
                     let Some(cmd) = cmd else { break };
-                    let mut acks = Vec::new();
-                    let mut dirty = self.handle(cmd, &mut acks).await;
+                    let mut round = Round::default();
+                    let mut dirty = self.handle(cmd, &mut round).await;
                     while let Ok(cmd) = self.rx.try_recv() {
-                        dirty |= self.handle(cmd, &mut acks).await;
+                        dirty |= self.handle(cmd, &mut round).await;
                     }
                     if let Some(reply) = self.stop.take() {
                         self.set_role_status("");
+                        let mut acks = round.acks();
                         acks.extend(self.standby_acks.drain(..).map(|(a, _)| a));
                         for a in acks {
                             let _ = a.tx.send(Err(ApiError::Unavailable(format!(
@@ -203,7 +236,7 @@ impl Reconciler {
                         break;
                     }
                     if dirty {
-                        self.sync(acks, false).await;
+                        self.sync(round, false).await;
                     }
                 }
                 _ = audit.tick(), if audit_wait.is_none() => {
@@ -219,7 +252,7 @@ impl Reconciler {
                     audit_wait = None;
                     if self.link.is_some() && self.lead.may_program() {
                         self.installed = None;
-                        self.sync(Vec::new(), true).await;
+                        self.sync(Round::default(), true).await;
                     }
                 }
             }
@@ -227,7 +260,7 @@ impl Reconciler {
     }
 
     /// Apply one command; true when a sync should follow.
-    async fn handle(&mut self, cmd: ReconcileCmd, acks: &mut Vec<Ack>) -> bool {
+    async fn handle(&mut self, cmd: ReconcileCmd, round: &mut Round) -> bool {
         match cmd {
             ReconcileCmd::Desired { flows, ack } => {
                 self.status.desired_flows.store(
@@ -236,8 +269,10 @@ impl Reconciler {
                 );
                 // The digest follows the change (only the differing flows are hashed).
                 self.digest = self.digest.map(|d| d.after(&self.desired, &flows));
-                self.desired = flows;
-                acks.extend(ack);
+                let before = std::mem::replace(&mut self.desired, flows);
+                round.base.get_or_insert(before);
+                // Kept per update for a refused merged bundle (a FlowSet shares its runs).
+                round.updates.push((self.desired.clone(), ack));
                 true
             }
             ReconcileCmd::Connected {
@@ -295,10 +330,10 @@ impl Reconciler {
         }
     }
 
-    /// Make the switch hold the desired state, then answer the acks.
-    async fn sync(&mut self, acks: Vec<Ack>, audit: bool) {
+    /// Make the switch hold the desired state, then answer the round's acks.
+    async fn sync(&mut self, round: Round, audit: bool) {
         let Some((_, _, link)) = self.link.clone() else {
-            self.answer_disconnected(acks);
+            self.answer_disconnected(round.acks());
             return;
         };
         let conn_id = self.link.as_ref().map(|(c, _, _)| *c).unwrap_or(0);
@@ -308,13 +343,13 @@ impl Reconciler {
                 // A refused slave request (the switch saw a newer generation) changes nothing
                 // for a standby: it writes nothing and may still read the switch.
                 tracing::debug!(node = %self.status.node, error = %e, "slave role not granted");
-                self.park_standby_acks(acks);
+                self.park_standby_acks(round.acks());
                 return;
             }
             self.status.set_error(&e);
             tracing::warn!(node = %self.status.node, error = %e, "role request refused");
             self.status.synced.store(false, Ordering::Relaxed);
-            for a in acks {
+            for a in round.acks() {
                 let _ = a.tx.send(Err(ApiError::Unavailable(format!(
                     "switch of node {}: {e}",
                     self.status.node
@@ -327,12 +362,49 @@ impl Reconciler {
             // and the leader programs it from the store's watch. The acks wait until this
             // replica reads the desired flows back from the switch.
             self.status.synced.store(false, Ordering::Relaxed);
-            self.park_standby_acks(acks);
+            self.park_standby_acks(round.acks());
             return;
         }
         let started = Instant::now();
         let result = self.sync_with(link.as_ref(), audit).await;
-        match &result {
+        let refused = matches!(result, Err(LinkError::Refused { .. }));
+        self.note_sync(started, &result);
+        if result.is_ok() {
+            self.committed = Some(self.desired.clone());
+        }
+        let r = result.map_err(|e| {
+            ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
+        });
+        // Acks taken as a standby are answered by this (leader's) sync.
+        let standby: Vec<Ack> = self.standby_acks.drain(..).map(|(a, _)| a).collect();
+        // (Compared only after a refusal: a whole FlowSet comparison.)
+        if refused
+            && self.link.is_some()
+            && !round.updates.is_empty()
+            && (round.grouped() || (self.committed.is_some() && self.committed != round.base))
+        {
+            // Nothing of the bundle was committed: each update gets its own result (also a
+            // lone update whose desired state still holds an earlier, refused update's flows).
+            self.metrics.bundle_fallbacks.inc();
+            tracing::warn!(node = %self.status.node, updates = round.updates.len(), "a merged bundle was refused; sending its updates one by one");
+            self.sync_one_by_one(link.as_ref(), round).await;
+            for a in standby {
+                let _ = a.tx.send(r.clone());
+            }
+            return;
+        }
+        if r.is_ok() && self.sent_bundle {
+            let waiting = round.updates.iter().filter(|(_, a)| a.is_some()).count();
+            self.metrics.bundle_updates.inc_by(waiting as u64);
+        }
+        for a in round.acks().into_iter().chain(standby) {
+            let _ = a.tx.send(r.clone());
+        }
+    }
+
+    /// Record a sync's outcome in the switch's status and the metrics.
+    fn note_sync(&mut self, started: Instant, result: &Result<(), LinkError>) {
+        match result {
             Ok(()) => {
                 self.status.synced.store(true, Ordering::Relaxed);
                 self.metrics.observe_sync(started.elapsed());
@@ -349,17 +421,56 @@ impl Reconciler {
                 self.installed = None;
             }
         }
-        let r = result.map_err(|e| {
-            ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
-        });
-        // Acks taken as a standby are answered by this (leader's) sync.
-        let acks: Vec<Ack> = acks
-            .into_iter()
-            .chain(self.standby_acks.drain(..).map(|(a, _)| a))
-            .collect();
-        for a in acks {
-            let _ = a.tx.send(r.clone());
+    }
+
+    /// A merged bundle was refused (the switch committed none of it): each update is sent
+    /// again alone, in arrival order, as its own change (the difference it made to the desired
+    /// state before it) on top of what the switch last took and the updates before it that it
+    /// took now, and answered with its own result. A later update is thus never committed before an earlier one, and
+    /// a refused one is not on the switch (its caller learns why). The desired state is the
+    /// latest again afterwards; the switch holds it less the refused updates' changes.
+    async fn sync_one_by_one(&mut self, link: &dyn SwitchLink, round: Round) {
+        let latest = std::mem::take(&mut self.desired);
+        let mut before = round.base.unwrap_or_default();
+        let mut taken = self.committed.clone().unwrap_or_else(|| before.clone());
+        let mut stop: Option<ApiError> = None;
+        for (flows, ack) in round.updates {
+            let change = FlowSet::diff(&before, &flows);
+            before = flows;
+            if let Some(e) = &stop {
+                if let Some(a) = ack {
+                    let _ = a.tx.send(Err(e.clone()));
+                }
+                continue;
+            }
+            let trial = taken.apply(&change);
+            self.desired = trial.clone();
+            self.digest = None;
+            let started = Instant::now();
+            let result = self.sync_with(link, false).await;
+            let refused = matches!(result, Err(LinkError::Refused { .. }));
+            self.note_sync(started, &result);
+            let r = result.map_err(|e| {
+                ApiError::Unavailable(format!("switch of node {}: {e}", self.status.node))
+            });
+            match &r {
+                Ok(()) => {
+                    taken = trial;
+                    if ack.is_some() && self.sent_bundle {
+                        self.metrics.bundle_updates.inc();
+                    }
+                }
+                // Lost connection, timeout: the rest cannot be tried now.
+                Err(e) if !refused => stop = Some(e.clone()),
+                Err(_) => {}
+            }
+            if let Some(a) = ack {
+                let _ = a.tx.send(r);
+            }
         }
+        self.committed = Some(taken);
+        self.desired = latest;
+        self.digest = None;
     }
 
     /// Acks while the switch is not connected: one that needs the switch fails, the others
@@ -482,6 +593,7 @@ impl Reconciler {
     /// mass reconnect of 1,000 switches otherwise held 1,000 batches at once). A sync that finds
     /// nothing to change takes no turn.
     async fn sync_with(&mut self, link: &dyn SwitchLink, audit: bool) -> Result<(), LinkError> {
+        self.sent_bundle = false;
         if self.status.unknown {
             return self.reset_unknown(link).await;
         }
@@ -569,6 +681,7 @@ impl Reconciler {
             .installed_flows
             .store(target.len() as u64, Ordering::Relaxed);
         self.installed = Some(target);
+        self.sent_bundle = true;
         Ok(())
     }
 
@@ -790,308 +903,5 @@ async fn read_in_turn(link: &dyn SwitchLink) -> Result<SwitchState, LinkError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::switches::link::{LinkFuture, SwitchChange, SwitchState};
-    use ofproto::meter::meter_flags;
-    use ofproto::{
-        Action, Flow, FlowMod, FlowModCommand, Match, Meter, MeterBand, MeterFeatures,
-        MeterModCommand,
-    };
-    use std::sync::Mutex;
-    use topology::pipeline::marker::is_marker;
-
-    /// A switch held in memory: it applies what it is sent and counts the changes.
-    #[derive(Default)]
-    struct MemorySwitch {
-        state: Mutex<(Vec<Flow>, Vec<Meter>)>,
-        sent: Mutex<Vec<SwitchChange>>,
-        meters: Option<MeterFeatures>,
-        /// The length of each batch applied, in order.
-        batches: Mutex<Vec<usize>>,
-        /// When set, a batch with a meter change is lost (the connection drops before it).
-        lose_meter_batches: std::sync::atomic::AtomicBool,
-    }
-
-    impl SwitchLink for MemorySwitch {
-        fn peer(&self) -> String {
-            "memory".into()
-        }
-        fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>> {
-            let (f, m) = self.state.lock().expect("state").clone();
-            Box::pin(async move { Ok((f, Vec::new(), m)) })
-        }
-        fn meter_features(&self) -> LinkFuture<'_, Result<Option<MeterFeatures>, LinkError>> {
-            let f = self.meters;
-            Box::pin(async move { Ok(f) })
-        }
-        fn apply(&self, changes: Vec<SwitchChange>) -> LinkFuture<'_, Result<(), LinkError>> {
-            if self.lose_meter_batches.load(Ordering::Relaxed)
-                && changes.iter().any(|c| matches!(c, SwitchChange::Meter(_)))
-            {
-                return Box::pin(async { Err(LinkError::Disconnected("lost".into())) });
-            }
-            self.batches.lock().expect("batches").push(changes.len());
-            let mut st = self.state.lock().expect("state");
-            for c in &changes {
-                match c {
-                    SwitchChange::Flow(fm) => {
-                        st.0.retain(|f| topology::pipeline::flowset::key_cmp(f, &fm.flow).is_ne());
-                        if fm.command == FlowModCommand::Add {
-                            st.0.push(fm.flow.clone());
-                        }
-                    }
-                    SwitchChange::Meter(mm) => {
-                        st.1.retain(|m| m.meter_id != mm.meter.meter_id);
-                        if mm.command != MeterModCommand::Delete {
-                            st.1.push(mm.meter.clone());
-                        }
-                    }
-                    SwitchChange::Group(_) => {}
-                }
-            }
-            self.sent.lock().expect("sent").extend(changes);
-            Box::pin(async { Ok(()) })
-        }
-        fn ports(&self) -> LinkFuture<'_, Result<Vec<(String, u32)>, LinkError>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-    }
-
-    fn ovs_meters() -> Option<MeterFeatures> {
-        Some(MeterFeatures {
-            max_meter: 262_144,
-            band_types: 2,
-            capabilities: 0xf,
-            max_bands: 8,
-            max_color: 0,
-        })
-    }
-
-    /// A pipeline with one audit flow using meter 1, and a plain flow.
-    fn desired(rate: u32) -> FlowSet {
-        let logged = Flow::new(80, 181, Match::new().in_port(3)).apply(vec![Action::Controller {
-            max_len: u16::MAX,
-            controller_id: 0xf10e,
-            reason: 1,
-            userdata: vec![1],
-            pause: false,
-            meter_id: Some(1),
-            extended: false,
-        }]);
-        let plain = Flow::new(80, 180, Match::new().in_port(3));
-        FlowSet::new(vec![logged, plain], Vec::new()).with_meters(vec![Meter {
-            meter_id: 1,
-            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
-            bands: vec![MeterBand::drop(rate, rate)],
-        }])
-    }
-
-    /// Start a reconciler on `switch` with `want`, and wait for its first sync's ack.
-    async fn synced(switch: Arc<MemorySwitch>, want: FlowSet) -> ReconcilerHandle {
-        let h = Reconciler::spawn(
-            "node-1",
-            false,
-            FlowSet::default(),
-            Duration::from_secs(3600),
-            Arc::new(Metrics::default()),
-            &crate::ha::Leadership::alone(),
-        );
-        h.tx.send(ReconcileCmd::Connected {
-            conn_id: 1,
-            dpid: 1,
-            link: switch,
-        })
-        .expect("connected");
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Desired {
-            flows: want,
-            ack: Some(Ack {
-                tx,
-                require_connected: true,
-            }),
-        })
-        .expect("desired");
-        rx.await.expect("answered").expect("synced");
-        h
-    }
-
-    #[tokio::test]
-    async fn meters_go_first_and_a_restart_with_nothing_changed_sends_nothing() {
-        let switch = Arc::new(MemorySwitch {
-            meters: ovs_meters(),
-            ..Default::default()
-        });
-        let h = synced(switch.clone(), desired(20)).await;
-        let sent: Vec<SwitchChange> = std::mem::take(&mut *switch.sent.lock().expect("sent"));
-        // The marker's delete alone, the meter and the flows, the marker's add alone.
-        assert_eq!(sent.len(), 5, "{sent:?}");
-        assert_eq!(*switch.batches.lock().expect("batches"), vec![1, 3, 1]);
-        assert!(matches!(&sent[1], SwitchChange::Meter(mm) if mm.command == MeterModCommand::Add));
-        assert!(matches!(&sent[4], SwitchChange::Flow(fm) if is_marker(&fm.flow)));
-        assert_eq!(h.status.audit.lock().expect("audit").as_str(), "on");
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
-        let _ = rx.await;
-
-        // A restarted controller (a new reconciler) against the same switch: nothing sent.
-        let h = synced(switch.clone(), desired(20)).await;
-        assert!(switch.sent.lock().expect("sent").is_empty());
-        assert_eq!(h.status.mods_sent.load(Ordering::Relaxed), 0);
-
-        // A new rate is one meter modify and the new marker (the old one deleted first).
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Desired {
-            flows: desired(50),
-            ack: Some(Ack {
-                tx,
-                require_connected: true,
-            }),
-        })
-        .expect("desired");
-        rx.await.expect("answered").expect("synced");
-        let sent = switch.sent.lock().expect("sent").clone();
-        assert!(
-            matches!(&sent[..], [SwitchChange::Flow(del), SwitchChange::Meter(mm), SwitchChange::Flow(add)]
-                if mm.command == MeterModCommand::Modify && mm.meter.bands[0].rate == 50
-                    && del.command == FlowModCommand::DeleteStrict && is_marker(&del.flow)
-                    && add.command == FlowModCommand::Add && is_marker(&add.flow)),
-            "{sent:?}"
-        );
-    }
-
-    /// The switch's marker, as a reconnecting controller reads it.
-    fn marker_of(switch: &MemorySwitch) -> Vec<Flow> {
-        let st = switch.state.lock().expect("state");
-        st.0.iter().filter(|f| is_marker(f)).cloned().collect()
-    }
-
-    #[tokio::test]
-    async fn a_changed_meter_is_never_hidden_by_an_agreeing_marker() {
-        let switch = Arc::new(MemorySwitch {
-            meters: ovs_meters(),
-            ..Default::default()
-        });
-        let h = synced(switch.clone(), desired(20)).await;
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
-        let _ = rx.await;
-        switch.sent.lock().expect("sent").clear();
-
-        // A controller restarted with a new audit rate (the flows are the same): the marker
-        // disagrees, the switch is read, and the meter is modified.
-        let h = synced(switch.clone(), desired(50)).await;
-        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
-        let meters = switch.state.lock().expect("state").1.clone();
-        assert_eq!(meters.len(), 1);
-        assert_eq!(meters[0].bands[0].rate, 50, "{meters:?}");
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
-        let _ = rx.await;
-
-        // A meter change lost half-way (the connection drops when the meter-mod goes out)
-        // leaves no marker behind: the stale marker of rate 50 cannot vouch for the switch.
-        let h = synced(switch.clone(), desired(50)).await;
-        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 1);
-        switch.lose_meter_batches.store(true, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Desired {
-            flows: desired(70),
-            ack: Some(Ack {
-                tx,
-                require_connected: false,
-            }),
-        })
-        .expect("desired");
-        let answer = rx.await.expect("answered");
-        assert!(answer.is_err(), "the lost batch is not acknowledged");
-        assert!(marker_of(&switch).is_empty(), "{:?}", marker_of(&switch));
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Stop { reply: tx }).expect("stop");
-        let _ = rx.await;
-        // A controller that went back to rate 50 reads the switch (no marker) and finds it
-        // holding what it wants; one with rate 70 repairs the meter.
-        switch.lose_meter_batches.store(false, Ordering::Relaxed);
-        let h = synced(switch.clone(), desired(70)).await;
-        assert_eq!(h.status.marker_verified.load(Ordering::Relaxed), 0);
-        assert_eq!(switch.state.lock().expect("state").1[0].bands[0].rate, 70);
-        assert_eq!(marker_of(&switch).len(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_switch_without_meters_gets_the_pipeline_without_audit_flows_and_says_why() {
-        let switch = Arc::new(MemorySwitch::default()); // answers no meter request
-        let h = synced(switch.clone(), desired(20)).await;
-        let (flows, meters) = switch.state.lock().expect("state").clone();
-        assert!(meters.is_empty());
-        let flows: Vec<Flow> = flows.into_iter().filter(|f| !is_marker(f)).collect();
-        assert_eq!(flows.len(), 1, "only the flow without a meter: {flows:?}");
-        assert_eq!(flows[0].priority, 180);
-        // The marker records what this switch got (no meters): a restart finds it agreeing.
-        assert_eq!(marker_of(&switch).len(), 1);
-        let want = FlowSetDigest::of(&desired(20).without_meters());
-        assert_eq!(
-            FlowSetDigest::from_marker(&marker_of(&switch)[0]),
-            Some(want)
-        );
-        let audit = h.status.audit.lock().expect("audit").clone();
-        assert!(audit.starts_with("off: "), "{audit}");
-        let err = h.status.last_error.lock().expect("error").clone();
-        assert!(
-            err.contains("audit logging is off") && err.contains("meter"),
-            "{err}"
-        );
-        assert!(h.status.synced.load(Ordering::Relaxed));
-        // The next sync finds nothing to do and counts no second error.
-        let errors = h.status.errors.load(Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        h.tx.send(ReconcileCmd::Desired {
-            flows: desired(20),
-            ack: Some(Ack {
-                tx,
-                require_connected: true,
-            }),
-        })
-        .expect("desired");
-        rx.await.expect("answered").expect("synced");
-        assert_eq!(h.status.errors.load(Ordering::Relaxed), errors);
-        // The flow and the marker (its delete first: marker_last).
-        assert_eq!(switch.sent.lock().expect("sent").len(), 3);
-    }
-
-    #[test]
-    fn a_batch_deletes_the_marker_first_and_writes_it_last() {
-        let f =
-            |i: u32| SwitchChange::Flow(FlowMod::add(Flow::new(0, 100, Match::new().in_port(i))));
-        let marker = FlowSetDigest::default().marker();
-        let batch = vec![f(1), SwitchChange::Flow(FlowMod::add(marker.clone())), f(2)];
-        let out = marker_last(batch);
-        assert_eq!(out.len(), 4);
-        assert!(
-            matches!(&out[0], SwitchChange::Flow(fm) if fm.command == FlowModCommand::DeleteStrict && is_marker(&fm.flow))
-        );
-        assert_eq!(out[1], f(1));
-        assert_eq!(out[2], f(2));
-        assert!(
-            matches!(&out[3], SwitchChange::Flow(fm) if fm.command == FlowModCommand::Add && fm.flow == marker)
-        );
-        // Without a marker change the batch is left as it is.
-        assert_eq!(marker_last(vec![f(1), f(2)]), vec![f(1), f(2)]);
-    }
-
-    #[test]
-    fn audits_are_spread_over_the_second_half_of_the_interval() {
-        use super::audit_offset;
-        let i = Duration::from_secs(30);
-        let offsets: std::collections::BTreeSet<_> = (0..100)
-            .map(|n| audit_offset(&format!("node-{n}"), i))
-            .collect();
-        assert!(
-            offsets.iter().all(|o| *o >= i / 2 && *o <= i),
-            "{offsets:?}"
-        );
-        // 100 nodes land on many different instants, not one.
-        assert!(offsets.len() > 80, "{}", offsets.len());
-        assert_eq!(audit_offset("a", i), audit_offset("a", i));
-    }
-}
+#[path = "reconciler_tests.rs"]
+mod tests;

@@ -4,6 +4,12 @@
 //! other through the admin API (the call returns only after the pod's switch acknowledged its
 //! flows) and reports p50/p99. The reference, measured in the same run, is a read-only API
 //! call (ListNetNamespaces) on the same connection: the RPC cost without any switch work.
+//!
+//! It also prints the p99 of an `fdatasync` of 4 KiB in the directory that holds the
+//! controller's store (what one durable commit costs this disk at least), and, with
+//! `--concurrency 1,2,4,8,16` (the default), attaches further pods from that many callers at
+//! once: the store writer commits the changes that arrived during one commit together, so the
+//! mean store time per attach falls as the changes per commit (the batch) grow.
 
 use super::{arg_value, median};
 use crate::{BridgeSpec, OvsSandbox};
@@ -245,15 +251,130 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if switches == 0 || per_node == 0 {
         return Err("--switches and --pods-per-node must be at least 1".into());
     }
+    let concurrency: String = arg_value(args, "--concurrency", "1,2,4,8,16".to_string())?;
+    let concurrency = concurrency
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(|c| match c.trim().parse::<u32>() {
+            Ok(k) if (1..=256).contains(&k) => Ok(k),
+            _ => Err(format!(
+                "--concurrency: {c:?} is not a number of callers from 1 to 256"
+            )),
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(run(switches, per_node, vswitchds))
+    rt.block_on(run(switches, per_node, vswitchds, &concurrency))
 }
 
-async fn run(switches: u32, per_node: u32, vswitchds: u32) -> Result<(), String> {
+/// The p50 and p99 (ms) of `fdatasync` after a 4 KiB write, 200 times, in `dir`.
+fn fsync_probe(dir: &std::path::Path) -> Result<(f64, f64), String> {
+    use std::io::Write;
+    let path = dir.join(format!("flowmesh-bench-fsync-{}", std::process::id()));
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("fsync probe: {e}"))?;
+    let block = [0x5au8; 4096];
+    let mut t = Vec::new();
+    for _ in 0..200 {
+        let start = Instant::now();
+        f.write_all(&block)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| format!("fsync probe: {e}"))?;
+        t.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok((percentile(&t, 0.5), percentile(&t, 0.99)))
+}
+
+/// A counter of the controller's `/metrics` (0 when absent: a build without it).
+pub(super) fn counter(addr: std::net::SocketAddr, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return 0.0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Attach `count` more pods per round from `k` callers at once (pods `p{first}…` of every
+/// node); per round: attaches, store commits, changes per commit and store time per attach.
+async fn concurrent_rounds(
+    c: &Cluster,
+    switches: u32,
+    mut first: u32,
+    rounds: &[u32],
+) -> Result<String, String> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let mut keys = String::new();
+    println!("concurrent attaches (store: durable commits; batch: attaches per commit):");
+    for &k in rounds {
+        let per_round = (switches * 2).max(200);
+        let next = Arc::new(AtomicU32::new(0));
+        let before = super::scrape_phases(c.metrics);
+        let jobs0 = counter(c.metrics, "flowmesh_store_jobs_total");
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..k {
+            let mut admin = c.admin.clone();
+            let next = next.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= per_round {
+                        return Ok::<_, String>(lat);
+                    }
+                    let t = Instant::now();
+                    admin
+                        .attach_pod(attach_request(n % switches, first + n / switches))
+                        .await
+                        .map_err(|e| format!("attach: {}", e.message()))?;
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }));
+        }
+        let mut lat = Vec::new();
+        for task in tasks {
+            lat.extend(task.await.map_err(|e| e.to_string())??);
+        }
+        let wall = t.elapsed().as_secs_f64();
+        first += per_round.div_ceil(switches);
+        let after = super::scrape_phases(c.metrics);
+        let jobs = counter(c.metrics, "flowmesh_store_jobs_total") - jobs0;
+        let (s0, c0) = before.get("store").copied().unwrap_or_default();
+        let (s1, c1) = after.get("store").copied().unwrap_or_default();
+        let commits = c1.saturating_sub(c0);
+        let n = lat.len() as f64;
+        let store_per_attach = (s1 - s0) * 1e3 / n.max(1.0);
+        let batch = if jobs > 0.0 && commits > 0 {
+            format!("{:.2}", jobs / commits as f64)
+        } else {
+            "n/a".to_string()
+        };
+        println!(
+            "  {k:>3} callers: {} attaches in {wall:.2}s ({:.0}/s), p50 {:.3} ms, p99 {:.3} ms; {commits} store commits, batch {batch}, store {store_per_attach:.3} ms per attach",
+            lat.len(),
+            n / wall.max(1e-9),
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+        );
+        keys.push_str(&format!(
+            " c{k}_batch={batch} c{k}_store_ms_per_attach={store_per_attach:.3}"
+        ));
+    }
+    Ok(keys)
+}
+
+async fn run(switches: u32, per_node: u32, vswitchds: u32, rounds: &[u32]) -> Result<(), String> {
+    let (fsync_p50, fsync_p99) = fsync_probe(&std::env::temp_dir())?;
     let mut c = Cluster::start("attach", switches, per_node, vswitchds).await?;
     let mut noop = Vec::new();
     for _ in 0..200 {
@@ -300,6 +421,10 @@ async fn run(switches: u32, per_node: u32, vswitchds: u32) -> Result<(), String>
         c.sbx.len(), c.sandbox_s, c.setup_s
     );
     println!("reference: read-only RPC p50 {noop50:.3} ms");
+    println!(
+        "disk: fdatasync of 4 KiB in {}: p50 {fsync_p50:.3} ms, p99 {fsync_p99:.3} ms (before the cluster started)",
+        std::env::temp_dir().display()
+    );
     println!("attach -> barrier acknowledged, {} pods: p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms, mean {mean:.3} ms", lat.len());
     let n = lat.len() as f64;
     let mut shares = String::new();
@@ -318,8 +443,9 @@ async fn run(switches: u32, per_node: u32, vswitchds: u32) -> Result<(), String>
             " {phase}_ms={per_attach:.3} {phase}_share={share:.2}"
         ));
     }
+    let concurrent = concurrent_rounds(&c, switches, per_node, rounds).await?;
     println!(
-        "switches={switches} vswitchds={} pods={} attach_p50_ms={p50:.3} attach_max_ms={max:.3} noop_rpc_p50_ms={noop50:.3} ratio_p50_vs_noop={:.2}{shares} target_p99_ms=1.5 meets_target={} attach_p99_ms={p99:.3}",
+        "switches={switches} vswitchds={} pods={} attach_p50_ms={p50:.3} attach_max_ms={max:.3} noop_rpc_p50_ms={noop50:.3} ratio_p50_vs_noop={:.2}{shares} fsync_p99_ms={fsync_p99:.3}{concurrent} target_p99_ms=1.5 meets_target={} attach_p99_ms={p99:.3}",
         c.sbx.len(),
         lat.len(),
         p50 / noop50.max(1e-9),

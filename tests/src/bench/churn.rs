@@ -185,25 +185,32 @@ async fn run(o: Opts) -> Result<(), String> {
     };
     // The final run at the rate found; if it does not hold for the whole run, one more at
     // 0.8× (reported as such).
+    let mut grouping = Grouping::read(c.metrics);
     let mut final_run = step(&o, &c, &clients, &slots, &vswitchd, rate, o.secs).await;
     println!("final: {}", final_run.line());
     if !final_run.passed(o.target_ms) {
         rate *= 0.8;
+        grouping = Grouping::read(c.metrics);
         final_run = step(&o, &c, &clients, &slots, &vswitchd, rate, o.secs).await;
         println!("final at 0.8x: {}", final_run.line());
     }
+    let (per_bundle, per_commit) = grouping.since(c.metrics);
     let f = &final_run;
     let done = f.lat_ms.len().max(1) as f64;
     let cpu_ms_per_op = f.controller_cpu * 1e3 / done;
     let cores = f.controller_cpu / f.wall.max(1e-9);
     let ovs_cores = f.vswitchd_cpu / f.wall.max(1e-9);
+    let ovs_ms_per_op = f.vswitchd_cpu * 1e3 / done;
     let held = f.passed(o.target_ms);
     println!(
-        "controller CPU: {:.2} s over {:.1} s = {cores:.2} cores, {cpu_ms_per_op:.3} ms per operation; ovs-vswitchd {ovs_cores:.2} cores",
+        "controller CPU: {:.2} s over {:.1} s = {cores:.2} cores, {cpu_ms_per_op:.3} ms per operation; ovs-vswitchd {ovs_cores:.2} cores, {ovs_ms_per_op:.3} ms per operation",
         f.controller_cpu, f.wall
     );
     println!(
-        "switches={} vswitchds={} slots={} secs={:.0} ops={} failed={} churn_p50_ms={:.3} controller_cpu_cores={cores:.2} controller_cpu_ms_per_op={cpu_ms_per_op:.3} vswitchd_cpu_cores={ovs_cores:.2} held={held} target_ops_per_s=2000 meets_target={} churn_ops_per_s={:.0} churn_p99_ms={:.3}",
+        "grouping (final run): {per_bundle} operations per bundle, {per_commit} per durable store commit"
+    );
+    println!(
+        "switches={} vswitchds={} slots={} secs={:.0} ops={} failed={} churn_p50_ms={:.3} controller_cpu_cores={cores:.2} controller_cpu_ms_per_op={cpu_ms_per_op:.3} vswitchd_cpu_cores={ovs_cores:.2} vswitchd_cpu_ms_per_op={ovs_ms_per_op:.3} ops_per_bundle={per_bundle} ops_per_store_commit={per_commit} held={held} target_ops_per_s=2000 meets_target={} churn_ops_per_s={:.0} churn_p99_ms={:.3}",
         o.switches,
         c.sbx.len(),
         slots.len(),
@@ -313,5 +320,44 @@ async fn step(
         wall,
         controller_cpu: cpu_secs(c.controller_pid).unwrap_or(0.0) - cpu0,
         vswitchd_cpu: ovs_cpu() - ovs0,
+    }
+}
+
+/// The controller's grouping counters: bundles and the updates they answered, store commits
+/// and the changes they made durable.
+struct Grouping {
+    bundles: f64,
+    updates: f64,
+    commits: f64,
+    jobs: f64,
+}
+
+impl Grouping {
+    fn read(addr: std::net::SocketAddr) -> Grouping {
+        let phases = super::scrape_phases(addr);
+        let count = |p: &str| phases.get(p).map_or(0.0, |(_, c)| *c as f64);
+        Grouping {
+            bundles: count("switch"),
+            updates: super::attach::counter(addr, "flowmesh_switch_bundle_updates_total"),
+            commits: count("store"),
+            jobs: super::attach::counter(addr, "flowmesh_store_jobs_total"),
+        }
+    }
+
+    /// Updates per bundle and changes per store commit since `self` ("n/a" from a build
+    /// without the counters).
+    fn since(&self, addr: std::net::SocketAddr) -> (String, String) {
+        let now = Grouping::read(addr);
+        let ratio = |n: f64, d: f64| {
+            if n > 0.0 && d > 0.0 {
+                format!("{:.2}", n / d)
+            } else {
+                "n/a".to_string()
+            }
+        };
+        (
+            ratio(now.updates - self.updates, now.bundles - self.bundles),
+            ratio(now.jobs - self.jobs, now.commits - self.commits),
+        )
     }
 }

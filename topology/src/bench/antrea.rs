@@ -415,6 +415,30 @@ mod tests {
         assert!(r.relabel_changes > 0, "{r}");
     }
 
+    /// Building the `antrea-10k` shape marks each change's nodes once per namespace from
+    /// per-node pod counts: the node names visited grow with pods × nodes, not with pods ×
+    /// policies × pods (each pod add walked every pod of the namespace once per policy:
+    /// 300 units, ~9 M visits; a bound of 2 × units × nodes allows 12,000). The affected
+    /// nodes are still right: a relabel reaches every node with a pod.
+    #[test]
+    fn model_build_marks_nodes_once_per_change() {
+        use crate::model::NODE_SET_WORK;
+        use std::collections::BTreeSet;
+        let (nodes, units) = (20, 300);
+        NODE_SET_WORK.with(|w| w.set(0));
+        let mut m = shape_model(Shape::Antrea10k, size(nodes, units)).expect("model");
+        let work = NODE_SET_WORK.with(|w| w.get());
+        let bound = (2 * units * nodes) as u64;
+        assert!(work <= bound, "{work} node names visited, bound {bound}");
+        let with_pods: BTreeSet<String> = m.pods().map(|p| p.node.clone()).collect();
+        assert_eq!(with_pods.len(), nodes);
+        let pod = m.pods().next().expect("pod").key.clone();
+        let a = m
+            .set_pod_meta(&pod.namespace, &pod.name, PodMeta::default())
+            .expect("relabel");
+        assert_eq!(a.nodes, with_pods);
+    }
+
     fn flows_and_actions(m: &ClusterModel) -> (usize, u64) {
         let mut p = Pipeline::new();
         let (mut flows, mut actions) = (0, 0);

@@ -23,6 +23,8 @@ pub use egress_ip::{
     egress_mark, EgressError, EgressIpStatus, EgressPlan, EgressSnapshot, HostSubnetEgress,
 };
 pub use labels::{LabelSelector, Labels, Requirement, SelectorOp};
+#[cfg(test)]
+pub(crate) use namespaces::NODE_SET_WORK;
 pub use policy::{
     ContainerPort, NetworkPolicy, Peer, PodMeta, PolicyError, PolicyKey, PolicyPort, PolicyRule,
     PortSpec, Protocol,
@@ -517,6 +519,9 @@ pub struct ClusterModel {
     policy_reset_epoch: u64,
     /// Namespaces by label (key, value), for namespace selectors with `matchLabels`.
     ns_by_label: BTreeMap<(String, String), BTreeSet<String>>,
+    /// For each namespace with pods, how many of its pods run on each node: a namespace's
+    /// node set without walking its pods (see `nodes_of_namespace`).
+    namespace_nodes: BTreeMap<String, BTreeMap<String, usize>>,
     firewalls: egress_firewall::EgressFirewalls,
     netid_changes: u64,
     /// The last pod version handed out (see [`ClusterModel::node_pod_versions`]).
@@ -555,6 +560,7 @@ impl ClusterModel {
             namespace_epoch: 0,
             policy_reset_epoch: 0,
             ns_by_label: BTreeMap::new(),
+            namespace_nodes: BTreeMap::new(),
             firewalls: Default::default(),
             netid_changes: 0,
             pod_version: 0,

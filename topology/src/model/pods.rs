@@ -96,7 +96,29 @@ impl ClusterModel {
         if let Some(ns) = self.namespaces.get(&info.key.namespace) {
             self.graph.add_edge(v, ns.vertex, Edge::PodInNamespace);
         }
+        *self
+            .namespace_nodes
+            .entry(info.key.namespace.clone())
+            .or_default()
+            .entry(info.node.clone())
+            .or_default() += 1;
         self.pods.insert(PodEntry { info, vertex: v });
+    }
+
+    /// Take a removed pod out of its namespace's per-node counts.
+    fn forget_namespace_pod(&mut self, p: &PodInfo) {
+        let Some(counts) = self.namespace_nodes.get_mut(&p.key.namespace) else {
+            return;
+        };
+        if let Some(c) = counts.get_mut(&p.node) {
+            *c -= 1;
+            if *c == 0 {
+                counts.remove(&p.node);
+            }
+        }
+        if counts.is_empty() {
+            self.namespace_nodes.remove(&p.key.namespace);
+        }
     }
 
     /// Detach a pod and release its IP. Affects its node.
@@ -112,6 +134,7 @@ impl ClusterModel {
             n.ofports.remove(&e.info.ofport);
             n.pod_ips.release(e.info.ip);
         }
+        self.forget_namespace_pod(&e.info);
         if self.is_policy_mode() && !self.policies.is_empty() {
             self.policy_epoch += 1;
         }

@@ -574,16 +574,15 @@ impl ClusterModel {
         if !self.is_policy_mode() {
             return Ok(a);
         }
-        let mut touched = Vec::new();
-        for p in self.candidate_policies(name, &old, &new) {
-            let differs = p
-                .namespace_selectors()
-                .any(|s| s.matches(&old) != s.matches(&new));
-            if differs {
-                a.merge(self.nodes_of_namespace(&p.namespace));
-                touched.push(p.key());
-            }
-        }
+        let touched: Vec<PolicyKey> = self
+            .candidate_policies(name, &old, &new)
+            .filter(|p| {
+                p.namespace_selectors()
+                    .any(|s| s.matches(&old) != s.matches(&new))
+            })
+            .map(|p| p.key())
+            .collect();
+        a.merge(self.nodes_of_namespaces(touched.iter().map(|k| k.0.as_str())));
         self.touch_policies(touched);
         Ok(a)
     }
@@ -666,10 +665,10 @@ impl ClusterModel {
                 _ => selected(&was) || selected(&is),
             };
             if changed || named || p.looks_at_every_pod() {
-                a.merge(self.nodes_of_namespace(&p.namespace));
                 touched.push(p.key());
             }
         }
+        a.merge(self.nodes_of_namespaces(touched.iter().map(|k| k.0.as_str())));
         (a, touched)
     }
 

@@ -87,14 +87,12 @@ impl ClusterModel {
                 self.policy_epoch += 1;
                 self.policy_reset_epoch += 1;
                 let none = Labels::new();
-                let hit: Vec<String> = self
+                let hit: BTreeSet<&str> = self
                     .candidate_policies(&ns.name, &none, &none)
                     .filter(|p| p.namespace_selectors().any(|s| s.matches(&none)))
-                    .map(|p| p.namespace.clone())
+                    .map(|p| p.namespace.as_str())
                     .collect();
-                for n in hit {
-                    affected.merge(self.nodes_of_namespace(&n));
-                }
+                affected.merge(self.nodes_of_namespaces(hit));
             }
         } else {
             affected.merge(self.set_netid(&ns.name, netid)?);
