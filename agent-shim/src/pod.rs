@@ -49,7 +49,12 @@ fn api_err(e: NodeApiError) -> CniError {
 enum Undo {
     Veth(String),
     Port(String),
-    Attached { namespace: String, name: String },
+    /// The pod attached on host port `port`.
+    Attached {
+        namespace: String,
+        name: String,
+        port: String,
+    },
 }
 
 /// The pod-side configuration computed from the controller's answer.
@@ -366,6 +371,7 @@ impl PodManager {
         undo.push(Undo::Attached {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            port: host.to_owned(),
         });
         let pn = self.api.attach(attach).await.map_err(api_err)?;
         debug!(ip = %pn.ip, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
@@ -513,12 +519,17 @@ impl PodManager {
     async fn rollback(&self, undo: Vec<Undo>) {
         for step in undo.into_iter().rev() {
             let r = match &step {
-                Undo::Attached { namespace, name } => self
+                Undo::Attached {
+                    namespace,
+                    name,
+                    port,
+                } => self
                     .api
                     .detach(DetachPodRequest {
                         node: self.settings.node.clone(),
                         namespace: namespace.clone(),
                         name: name.clone(),
+                        port_name: port.clone(),
                     })
                     .await
                     .map(|_| ())
@@ -581,6 +592,10 @@ impl PodManager {
                     node: self.settings.node.clone(),
                     namespace,
                     name,
+                    // Only this sandbox's attachment: the pod may be attached again on
+                    // another sandbox's port already (kubelet made a new one, or the pod name
+                    // was made again) and that one stays.
+                    port_name: host.clone(),
                 })
                 .await
                 .err(),

@@ -1558,6 +1558,7 @@ async fn node_certificates_act_only_as_their_node_and_for_pods_bound_to_it() {
             node: "node-a".into(),
             namespace: "ns1".into(),
             name: "node-b-p1".into(),
+            port_name: String::new(),
         })
         .await,
         "it runs on node node-b",

@@ -140,6 +140,7 @@ async fn scenario(c: &mut Controller, pki: &Path) {
             node: "node-b".into(),
             namespace: "ns1".into(),
             name: "web".into(),
+            port_name: String::new(),
         })
         .await,
         Code::PermissionDenied,

@@ -737,6 +737,29 @@ fn e2e_cni_add_latency_and_errors() {
         dp.contains("dst=4790") && !dp.contains("dst=4789"),
         "VXLAN not on UDP 4790 in the datapath:\n{dp}"
     );
+    // The DEL of an earlier sandbox of the same pod name (kubelet tearing down a sandbox of a
+    // pod that was made again, as the real cluster's podready bench did: a StatefulSet's pods
+    // do the same) succeeds and leaves the pod's current attachment alone: its flows stay and
+    // it still answers.
+    let mut earlier = last.call.with_command("DEL");
+    earlier.container_id = "an-earlier-sandbox".into();
+    let out = invoke_cni(&c.lab, last.node, &earlier).expect("DEL of an earlier sandbox");
+    assert_eq!(
+        out.exit_code, 0,
+        "DEL of an earlier sandbox: {}",
+        out.raw_stdout
+    );
+    assert_eq!(
+        c.pods().len(),
+        20,
+        "a DEL of another sandbox detached the pod"
+    );
+    let ping = c.lab.ping(&first.ns, IpAddr::V4(last.ip), 3).expect("ping");
+    assert!(
+        ping.received > 0,
+        "b0 -> b19 after the DEL of b19's earlier sandbox:\n{}",
+        ping.output
+    );
     for p in &pods {
         let out = invoke_cni(&c.lab, p.node, &p.call.with_command("DEL")).expect("DEL");
         assert_eq!(out.exit_code, 0, "DEL: {}", out.raw_stdout);

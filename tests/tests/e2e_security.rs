@@ -132,6 +132,7 @@ fn node_certificates_are_restricted_to_their_node() {
                         node: claimed.into(),
                         namespace: "ns1".into(),
                         name: "a".into(),
+                        port_name: String::new(),
                     })
                     .await
                     .map(|_| ())

@@ -295,7 +295,8 @@ impl Admin for AdminService {
 
     async fn detach_pod(&self, r: Request<pa::PodRef>) -> Result<Response<pa::Empty>, Status> {
         let r = r.into_inner();
-        let existed = ops::detach_pod(&self.core, r.namespace.clone(), r.name.clone()).await?;
+        let existed =
+            ops::detach_pod(&self.core, r.namespace.clone(), r.name.clone(), None).await?;
         if !existed {
             return Err(
                 ApiError::NotFound(format!("pod {}/{} not found", r.namespace, r.name)).into(),
@@ -852,7 +853,7 @@ impl NodeApi for NodeService {
         r: Request<pn::DetachPodRequest>,
     ) -> Result<Response<pn::DetachPodReply>, Status> {
         let r = r.into_inner();
-        let existed = ops::detach_pod(&self.core, r.namespace, r.name).await?;
+        let existed = ops::detach_pod(&self.core, r.namespace, r.name, Some(r.port_name)).await?;
         Ok(Response::new(pn::DetachPodReply { existed }))
     }
 

@@ -363,16 +363,33 @@ fn undo_attach(attached: PodInfo) -> Undo {
     })
 }
 
-/// Detach a pod and free its IP; Ok(false) when there was no such pod.
+/// Detach a pod and free its IP; Ok(false) when there was no such pod, or when `port` is
+/// given and the pod is attached on another port (the DEL of an earlier sandbox of the same
+/// pod name: the current attachment stays).
 pub async fn detach_pod(
     core: &CoreHandle,
     namespace: String,
     name: String,
+    port: Option<String>,
 ) -> Result<bool, ApiError> {
     core.mutate(move |m| {
-        let Some(node) = m.pod(&namespace, &name).map(|p| p.node.clone()) else {
+        let Some((node, attached_on)) = m
+            .pod(&namespace, &name)
+            .map(|p| (p.node.clone(), p.port_name.clone()))
+        else {
             return Ok((false, Effects::default()));
         };
+        if let Some(port) = port.as_deref().filter(|p| !p.is_empty()) {
+            if port != attached_on {
+                tracing::info!(
+                    pod = %format!("{namespace}/{name}"),
+                    port,
+                    attached_on,
+                    "detach of another sandbox's port: the pod's attachment stays"
+                );
+                return Ok((false, Effects::default()));
+            }
+        }
         let affected = m.delete_pod(&namespace, &name)?;
         let ev = Event::now(
             "PodDetached",
