@@ -74,7 +74,21 @@ pub struct Cluster {
     pub mode: Mode,
     /// Each replica's libfaketime offset file (`--clock-steps`; None: clocks are left alone).
     pub clock_files: Option<Vec<PathBuf>>,
+    /// The etcd member on a small tmpfs with a small quota (`--etcd-nospace`).
+    pub nospace_member: Option<usize>,
+    /// The writes made through flowmesh during etcd's NOSPACE alarm: (namespace, manifest,
+    /// acknowledged yet).
+    pub nospace_writes: Mutex<Vec<(String, String, bool)>>,
+    /// What the NOSPACE faults found wrong (a refusal without the reason, a late recovery).
+    pub nospace_errors: Mutex<Vec<String>>,
 }
+
+/// With `--etcd-nospace`: the member on a small tmpfs, its size and its backend quota.
+pub const NOSPACE: crate::etcd::SmallMember = crate::etcd::SmallMember {
+    member: 2,
+    tmpfs_mib: 512,
+    quota_bytes: 16 << 20,
+};
 
 /// libfaketime (Debian's `faketime` package), the thread-safe variant.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
@@ -95,6 +109,7 @@ impl Cluster {
         leader_ttl: u64,
         shim_extra: &[String],
         clock_steps: bool,
+        etcd_nospace: bool,
     ) -> Result<Cluster, String> {
         if clock_steps && !std::path::Path::new(LIBFAKETIME).exists() {
             return Err(format!(
@@ -112,7 +127,8 @@ impl Cluster {
                 set_clock(f, 0)?;
             }
         }
-        let etcd = EtcdCluster::start_in(3, Some(lab.controller_ns()))?;
+        let small = etcd_nospace.then_some(NOSPACE);
+        let etcd = EtcdCluster::start_with(3, Some(lab.controller_ns()), small)?;
         let eps = etcd.endpoints();
         let mut base = ControllerOptions::multitenant();
         base.config_yaml = base.config_yaml.replace(
@@ -196,6 +212,9 @@ impl Cluster {
             udp,
             mode,
             clock_files,
+            nospace_member: small.map(|s| s.member),
+            nospace_writes: Mutex::new(Vec::new()),
+            nospace_errors: Mutex::new(Vec::new()),
             lab,
         };
         let t0 = Instant::now();

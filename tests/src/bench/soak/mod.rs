@@ -51,6 +51,7 @@ struct Opts {
     warmup_secs: f64,
     shim_extra: Vec<String>,
     clock_steps: bool,
+    etcd_nospace: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -89,6 +90,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         warmup_secs: arg_value(args, "--warmup-secs", (minutes * 60.0 / 5.0).min(300.0))?,
         shim_extra,
         clock_steps: args.iter().any(|a| a == "--clock-steps"),
+        etcd_nospace: args.iter().any(|a| a == "--etcd-nospace"),
     })
 }
 
@@ -120,7 +122,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
         serde_json::json!({"minutes": o.minutes, "seed": o.seed, "mode": o.mode.config_name(), "args": args}),
     );
     eprintln!("soak: history in {}", h.path().display());
-    let c = Cluster::start(o.mode, o.leader_ttl, &o.shim_extra, o.clock_steps)?;
+    let c = Cluster::start(
+        o.mode,
+        o.leader_ttl,
+        &o.shim_extra,
+        o.clock_steps,
+        o.etcd_nospace,
+    )?;
     h.log("cluster-up", serde_json::json!({"lab": c.lab.id()}));
     let out = run(&c, &h, &o);
     // The logs go with the lab: kept beside the history (a replica's panic, a switch's stall).
@@ -354,6 +362,7 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     );
     out.control_stalls = control.len();
     out.bench_pauses = pauses.len();
+    errors.extend(lock(&c.nospace_errors).drain(..));
     out.errors = errors;
     Ok(out)
 }
@@ -627,6 +636,33 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
             }
         }
         Err(e) => errors.push(format!("read back netnamespaces: {e}")),
+    }
+    // The writes made during etcd's NOSPACE alarm, once acknowledged.
+    let nospace: Vec<(String, String, bool)> = lock(&c.nospace_writes).clone();
+    if nospace.iter().any(|w| w.2) {
+        match get(&["get", "netnamespaces"]) {
+            Ok(v) => {
+                for (ns, _, acked) in nospace.iter().filter(|w| w.2) {
+                    let seq = ns.trim_start_matches("nospace-");
+                    let label = v
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|n| n["name"] == ns.as_str())
+                        .map(|n| n["labels"]["soak-nospace"].clone());
+                    match label {
+                        None => {
+                            lost.push(format!("namespace {ns} (acknowledged: {acked}) missing"))
+                        }
+                        Some(l) if l != seq => lost.push(format!(
+                            "namespace {ns}: label soak-nospace={l}, wrote {seq}"
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+            Err(e) => errors.push(format!("read back namespaces: {e}")),
+        }
     }
     h.log("read-back", serde_json::json!({"lost": lost}));
     lost.len()

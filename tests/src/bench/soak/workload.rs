@@ -154,7 +154,18 @@ impl<'a> Workload<'a> {
                         }
                         return Ok(e);
                     }
-                    Err(e) => last = format!("r{i}: {e}"),
+                    Err(e) => {
+                        // Each new refusal once in the history (etcd's NOSPACE alarm, no
+                        // quorum, a standby's refusal): what the writer was told.
+                        let e = format!("r{i}: {e}");
+                        if attempts == 1 || e != last {
+                            self.h.log(
+                                "write-refused",
+                                serde_json::json!({"args": args, "error": e}),
+                            );
+                        }
+                        last = e;
+                    }
                 }
             }
             if t0.elapsed() > WRITE_DEADLINE {
