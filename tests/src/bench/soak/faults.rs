@@ -38,6 +38,9 @@ pub enum Hit {
     /// etcd member i out of space (`--etcd-nospace`): its database filled past its quota until
     /// etcd raises the cluster-wide NOSPACE alarm; at the end the operator's steps free it.
     EtcdNoSpace(usize),
+    /// The embedded store's disk filled by a file beside the database (`--phase
+    /// embedded-full`); the file removed at the end.
+    DiskFull,
     /// Replica i's wall clock stepped by the seconds given (`--clock-steps`; stepped back at
     /// the end). Two instant faults for the judge: the step and the step back.
     ClockStep(usize, i64),
@@ -82,6 +85,60 @@ fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
     let pid = pid.ok_or("no PID")?;
     let raw = i32::try_from(pid).map_err(|_| format!("PID {pid}"))?;
     kill(Pid::from_raw(raw), sig).map_err(|e| format!("{sig} {pid}: {e}"))
+}
+
+/// The file that fills the embedded store's disk.
+const DISK_FILLER: &str = "soak-disk-filler";
+
+/// Whether an error text says that the embedded store's disk is full (or that its database
+/// cannot be opened again yet after the error).
+pub fn says_disk_full(e: &str) -> bool {
+    e.contains("disk of the data directory is full") || e.contains("cannot be opened again yet")
+}
+
+/// `--phase embedded-full`: starts the disk-full fault (held `hold`).
+pub fn start_disk_full(c: &Cluster, h: &History, hold: Duration) -> Result<Active, String> {
+    let start_ms = h.ms();
+    fill_disk(c, h)?;
+    let a = Active {
+        kind: "disk-full".into(),
+        hit: Hit::DiskFull,
+        leader: false,
+        start_ms,
+        until: Instant::now() + hold,
+    };
+    h.log(
+        "fault-start",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "leader": false, "hold_ms": hold.as_millis() as u64}),
+    );
+    Ok(a)
+}
+
+/// Fills the embedded store's disk with one file beside the database, as another process
+/// writing to the same disk would, then checks that a write through flowmesh is refused with
+/// the reason (or stored: the database file may have room of its own).
+fn fill_disk(c: &Cluster, h: &History) -> Result<(), String> {
+    use std::io::Write;
+    let dir = c.disk.as_ref().ok_or("no store disk")?;
+    let path = dir.join(DISK_FILLER);
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0u8; 64 << 10];
+    let mut bytes = 0u64;
+    let err = loop {
+        match f.write_all(&chunk) {
+            Ok(()) => bytes += chunk.len() as u64,
+            Err(e) => break e,
+        }
+    };
+    drop(f);
+    h.log(
+        "disk-filled",
+        serde_json::json!({"filler_bytes": bytes, "stopped_by": err.to_string(), "used_size_mib": df_mib(dir)}),
+    );
+    if err.raw_os_error() != Some(28) {
+        return Err(format!("filling {}: {err}", path.display()));
+    }
+    write_while_refused(c, h, "diskfull", says_disk_full)
 }
 
 /// Draws and starts one fault that does not clash with `active`; None when none fits now.
@@ -218,7 +275,7 @@ pub fn start_one(
             lock(&c.replica_state)[i] = ReplicaState::Stopped;
             signal(lock(&c.replicas)[i].pid, Signal::SIGSTOP)?;
         }
-        Hit::EtcdKill(i) => lock(&c.etcd).kill(i),
+        Hit::EtcdKill(i) => lock(&c.etcd).as_mut().ok_or("no etcd")?.kill(i),
         Hit::ShimKill(n) => {
             let pid = c.shim(n).pid;
             c.lab.kill_process(pid);
@@ -257,6 +314,7 @@ pub fn start_one(
         }
         Hit::ClockStep(i, secs) => set_clock_of(c, i, secs)?,
         Hit::EtcdNoSpace(i) => fill_member(c, h, i)?,
+        Hit::DiskFull => fill_disk(c, h)?,
     }
     let a = Active {
         kind,
@@ -316,14 +374,15 @@ pub fn says_no_space(e: &str) -> bool {
 /// reason (it is applied once the alarm is gone: [`free_member`]).
 fn fill_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
     let t0 = Instant::now();
-    let etcd = lock(&c.etcd);
+    let guard = lock(&c.etcd);
+    let etcd = guard.as_ref().ok_or("no etcd")?;
     let dir = etcd.small_member().map(|(_, d)| d);
-    let before = db_size(&etcd, i);
+    let before = db_size(etcd, i);
     let value = vec![b'f'; FILLER_BYTES];
     let mut puts = 0u32;
     let mut last = String::new();
     loop {
-        if nospace_raised(&etcd).unwrap_or(false) {
+        if nospace_raised(etcd).unwrap_or(false) {
             break;
         }
         if t0.elapsed() > Duration::from_secs(60) {
@@ -337,17 +396,28 @@ fn fill_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
             Err(e) => last = e,
         }
     }
-    drop(etcd);
+    drop(guard);
     let df = dir.as_deref().and_then(df_mib);
     h.log(
         "etcd-nospace-raised",
         serde_json::json!({"member": i, "puts": puts, "fill_ms": t0.elapsed().as_millis() as u64,
             "db_bytes_before": before, "last_put_error": last, "tmpfs_used_size_mib": df}),
     );
-    // A write through flowmesh now: refused with etcd's reason, or, if acknowledged, present
-    // at the end like every acknowledged write.
+    write_while_refused(c, h, "nospace", says_no_space)
+}
+
+/// A write through flowmesh while a store fault lasts (a namespace `PREFIX-N`, labelled
+/// `soak-nospace: N`): refused with the reason `clear` recognizes, or, if acknowledged,
+/// present at the end like every acknowledged write. Applied again when the fault ends
+/// ([`write_again`]).
+fn write_while_refused(
+    c: &Cluster,
+    h: &History,
+    prefix: &str,
+    clear: fn(&str) -> bool,
+) -> Result<(), String> {
     let seq = lock(&c.nospace_writes).len() + 1;
-    let ns = format!("nospace-{seq}");
+    let ns = format!("{prefix}-{seq}");
     let file = c.lab.run_dir().join(format!("soak-{ns}.yaml"));
     let yaml = format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    soak-nospace: \"{seq}\"\n"
@@ -359,13 +429,13 @@ fn fill_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
         Some(l) => c.ctl_at(l, 10, &["apply", "-f", &f]),
     };
     h.log(
-        "etcd-nospace-write",
+        "store-full-write",
         serde_json::json!({"namespace": ns, "acknowledged": outcome.is_ok(), "answer": match &outcome { Ok(o) => o.trim(), Err(e) => e.as_str() }}),
     );
     match &outcome {
-        Err(e) if !says_no_space(e) && e != "no leader answers" => lock(&c.nospace_errors).push(
-            format!("a write during etcd's NOSPACE alarm was refused without the reason: {e}"),
-        ),
+        Err(e) if !clear(e) && e != "no leader answers" => lock(&c.nospace_errors).push(format!(
+            "a write while the store had no space was refused without the reason: {e}"
+        )),
         _ => {}
     }
     lock(&c.nospace_writes).push((ns, f, outcome.is_ok()));
@@ -375,7 +445,8 @@ fn fill_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
 /// The operator's steps for etcd's NOSPACE alarm (etcd's documented recovery): delete what
 /// filled the space, compact to the current revision, defragment the member, disarm.
 fn free_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
-    let etcd = lock(&c.etcd);
+    let guard = lock(&c.etcd);
+    let etcd = guard.as_ref().ok_or("no etcd")?;
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(30);
     // Each step again until it works (a member may be electing a leader a moment).
@@ -410,8 +481,8 @@ fn free_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
     }
     step(&["defrag"], Some(i))?;
     step(&["alarm", "disarm"], None)?;
-    let after = db_size(&etcd, i);
-    drop(etcd);
+    let after = db_size(etcd, i);
+    drop(guard);
     h.log(
         "etcd-nospace-freed",
         serde_json::json!({"member": i, "compacted_to": rev, "db_bytes_after": after, "ms": t0.elapsed().as_millis() as u64}),
@@ -419,9 +490,9 @@ fn free_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// After the alarm is disarmed: the write refused during it is applied within 2 s of the
-/// fault's end (the control plane is back), retried until acknowledged.
-fn nospace_write_again(c: &Cluster, h: &History, end: Instant) {
+/// Once the space is back: the write refused meanwhile is applied within 2 s of the fault's
+/// end (the control plane is back), retried until acknowledged.
+fn write_again(c: &Cluster, h: &History, end: Instant) {
     let Some((ns, file, _)) = lock(&c.nospace_writes).last().cloned() else {
         return;
     };
@@ -432,7 +503,7 @@ fn nospace_write_again(c: &Cluster, h: &History, end: Instant) {
                 Ok(_) => {
                     let ms = end.elapsed().as_millis() as u64;
                     h.log(
-                        "etcd-nospace-write-again",
+                        "store-full-write-again",
                         serde_json::json!({"namespace": ns, "ms_after_end": ms}),
                     );
                     if let Some(w) = lock(&c.nospace_writes).iter_mut().find(|w| w.0 == ns) {
@@ -440,7 +511,7 @@ fn nospace_write_again(c: &Cluster, h: &History, end: Instant) {
                     }
                     if ms > 2_000 {
                         lock(&c.nospace_errors).push(format!(
-                            "the write {ns} refused during etcd's NOSPACE alarm was acknowledged {ms} ms after the fault ended (window 2000 ms)"
+                            "the write {ns} refused while the store had no space was acknowledged {ms} ms after the fault ended (window 2000 ms)"
                         ));
                     }
                     return;
@@ -451,7 +522,7 @@ fn nospace_write_again(c: &Cluster, h: &History, end: Instant) {
         std::thread::sleep(Duration::from_millis(100));
     }
     lock(&c.nospace_errors).push(format!(
-        "the write {ns} refused during etcd's NOSPACE alarm was not acknowledged within 30 s of the fault's end: {last}"
+        "the write {ns} refused while the store had no space was not acknowledged within 30 s of the fault's end: {last}"
     ));
 }
 
@@ -470,6 +541,8 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
             lock(&c.replica_state)[i] = ReplicaState::Up;
         }
         Hit::EtcdKill(i) => lock(&c.etcd)
+            .as_mut()
+            .ok_or("no etcd")?
             .restart(i)
             .map_err(|e| format!("restart etcd m{i}: {e}"))?,
         Hit::ShimKill(n) => {
@@ -486,6 +559,11 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
         Hit::Br0Delete(_) => {}
         Hit::ClockStep(i, _) => set_clock_of(c, i, 0)?,
         Hit::EtcdNoSpace(i) => free_member(c, h, i)?,
+        Hit::DiskFull => {
+            let dir = c.disk.as_ref().ok_or("no store disk")?;
+            let f = dir.join(DISK_FILLER);
+            std::fs::remove_file(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
         Hit::LinkDown(n) => {
             let ul = c.lab.underlay_ns().to_owned();
             c.lab
@@ -500,8 +578,8 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
         "fault-end",
         serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "start_ms": a.start_ms, "end_ms": end_ms}),
     );
-    if matches!(a.hit, Hit::EtcdNoSpace(_)) {
-        nospace_write_again(c, h, ended);
+    if matches!(a.hit, Hit::EtcdNoSpace(_) | Hit::DiskFull) {
+        write_again(c, h, ended);
     }
     Ok(spans_of(a, end_ms))
 }
