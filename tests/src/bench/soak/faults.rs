@@ -639,4 +639,30 @@ mod tests {
         // A replica's clock is the control plane's: every probe, no node.
         assert!(step.iter().all(|s| s.node.is_none() && !s.leader));
     }
+
+    #[test]
+    fn a_store_without_space_is_a_control_plane_span_until_it_is_freed() {
+        for hit in [Hit::EtcdNoSpace(2), Hit::DiskFull] {
+            let sp = spans_of(&active(hit), 7_000);
+            assert_eq!(sp.len(), 1, "{hit:?}");
+            assert_eq!((sp[0].start_ms, sp[0].end_ms), (1_000, 7_000), "{hit:?}");
+            assert!(sp[0].node.is_none() && !sp[0].leader, "{hit:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_for_space_are_recognized_by_their_reason_only() {
+        assert!(says_no_space(
+            "the store did not confirm the change: etcd x: etcdserver: mvcc: database space exceeded (ResourceExhausted): etcd is out of space"
+        ));
+        assert!(!says_no_space(
+            "etcd x: no leader (etcd unreachable, or the cluster has no quorum)"
+        ));
+        assert!(says_disk_full(
+            "the change was not stored: embedded database transaction failed: /d/flowmesh.redb: I/O error: No space left on device (os error 28): the disk of the data directory is full: free space there"
+        ));
+        assert!(!says_disk_full(
+            "embedded database transaction failed: Previous I/O error occurred. Please close and re-open the database."
+        ));
+    }
 }
