@@ -328,6 +328,9 @@ fn hint(code: Code, op: &Operation, message: &str) -> Option<String> {
         (Code::DeadlineExceeded, _) => {
             "the controller gave up waiting, likely for a switch; see: flowmeshctl get switches, or raise --timeout".into()
         }
+        (Code::Unavailable, _) if lower.contains("out of space") => {
+            "etcd refuses writes until its space is freed and its NOSPACE alarm disarmed (docs/operations.md, \"etcd out of space\"); retry then".into()
+        }
         (Code::Unavailable, _) => {
             "the controller is not ready; retry shortly (see: flowmeshctl get switches)".into()
         }
@@ -379,6 +382,17 @@ mod tests {
             api(op, Status::not_found("namespace \"foo\" not found")),
             "join namespaces a, foo: namespace \"foo\" not found (create it with: flowmeshctl namespace create foo)"
         );
+    }
+
+    #[test]
+    fn etcd_out_of_space_says_what_frees_it_not_that_the_controller_is_not_ready() {
+        let op = Operation::new("create", Target::Namespace("a".into()));
+        let text = api(
+            op,
+            Status::unavailable("the store did not confirm the change: etcd x: etcdserver: mvcc: database space exceeded (ResourceExhausted): etcd is out of space (its NOSPACE alarm is raised)"),
+        );
+        assert!(text.contains("NOSPACE alarm disarmed"), "{text}");
+        assert!(!text.contains("not ready"), "{text}");
     }
 
     #[test]

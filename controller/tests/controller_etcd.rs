@@ -404,6 +404,202 @@ async fn lost_quorum_refuses_writes_keeps_flows_and_recovers_by_itself() {
     assert_bridges_match(&sbx, &mut a1).await;
 }
 
+/// Writes 1 MiB values under `/filler/` through member `m` until etcd raises its NOSPACE
+/// alarm; how many were accepted.
+fn fill_until_nospace(cluster: &EtcdCluster, m: usize) -> usize {
+    let value = vec![b'f'; 1 << 20];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut puts = 0;
+    loop {
+        let alarms = cluster.etcdctl(&["alarm", "list"]).unwrap_or_default();
+        if alarms.contains("NOSPACE") {
+            return puts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no NOSPACE alarm after {puts} puts"
+        );
+        if cluster
+            .etcdctl_at(m, &["put", &format!("/filler/{puts}")], &value)
+            .is_ok()
+        {
+            puts += 1;
+        }
+    }
+}
+
+/// etcd's documented recovery from NOSPACE, as an operator runs it: delete what filled the
+/// space, compact to the current revision, defragment, disarm.
+fn free_nospace(cluster: &EtcdCluster, m: usize) {
+    cluster
+        .etcdctl(&["del", "--prefix", "/filler/"])
+        .expect("delete the filler");
+    let status = cluster
+        .etcdctl_at(m, &["endpoint", "status", "-w", "json"], b"")
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_str(status.trim()).expect("status json");
+    let rev = v[0]["Status"]["header"]["revision"]
+        .as_u64()
+        .expect("revision")
+        .to_string();
+    cluster
+        .etcdctl(&["compact", &rev, "--physical"])
+        .expect("compact");
+    cluster.etcdctl_at(m, &["defrag"], b"").expect("defragment");
+    cluster.etcdctl(&["alarm", "disarm"]).expect("disarm");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_out_of_space_refuses_writes_with_the_reason_reports_it_and_recovers_after_disarm() {
+    // Member 2's data directory is a tmpfs of its own and its backend quota is small: filling
+    // it raises etcd's cluster-wide NOSPACE alarm (etcd refuses every write until disarmed).
+    let small = flowmesh_tests::etcd::SmallMember {
+        member: 2,
+        tmpfs_mib: 192,
+        quota_bytes: 8 << 20,
+    };
+    let cluster = EtcdCluster::start_with(3, None, Some(small)).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c1 = Controller::start(&dir.path().join("c1"), &etcd_args(&eps, "/s/"));
+    let sbx = sandbox(&c1, &NODES);
+    let mut a1 = c1.admin().await;
+    populate(&mut a1).await;
+    wait_synced(&mut a1, &["node-a", "node-b", "node-c"]).await;
+    assert_bridges_match(&sbx, &mut a1).await;
+    let mut aborted = 0;
+    retrying!(
+        aborted,
+        a1.create_namespace(pa::NameRequest {
+            name: "before-nospace".into()
+        })
+    )
+    .expect("write before the alarm");
+    assert_eq!(aborted, 0, "one replica has nothing to conflict with");
+    let mut events = a1
+        .watch_events(pa::Empty {})
+        .await
+        .expect("watch events")
+        .into_inner();
+    let before: Vec<Vec<String>> = NODES
+        .iter()
+        .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+        .collect();
+
+    let puts = tokio::task::block_in_place(|| fill_until_nospace(&cluster, 2));
+    eprintln!("NOSPACE after {puts} puts of 1 MiB");
+    // Refused with etcd's reason and what frees it; never acknowledged.
+    for name in ["during-1", "during-2"] {
+        let err = a1
+            .create_namespace(pa::NameRequest { name: name.into() })
+            .await
+            .expect_err("a write during the NOSPACE alarm must be refused");
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+        let m = err.message();
+        assert!(
+            m.contains("database space exceeded") && m.contains("etcd is out of space"),
+            "{m}"
+        );
+        assert!(!m.contains("quorum or is unreachable"), "{m}");
+    }
+    // Reported as an event with the reason (the watch stream itself stays healthy).
+    let reported = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(e)) = events.message().await {
+            if e.kind == "StoreUnavailable" && e.message.contains("out of space") {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await;
+    assert!(
+        matches!(reported, Ok(Some(_))),
+        "no StoreUnavailable event naming the lack of space: {reported:?}\n{}",
+        c1.log_text()
+    );
+    // Reads go on, the switches keep their flows and stay connected.
+    let sw = a1
+        .list_switches(pa::Empty {})
+        .await
+        .expect("reads still work")
+        .into_inner()
+        .items;
+    assert!(sw.iter().all(|s| s.connected), "{sw:?}");
+    let during: Vec<Vec<String>> = NODES
+        .iter()
+        .map(|(n, _, _)| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(
+        before, during,
+        "switch flows changed during the NOSPACE alarm"
+    );
+    // The refused change is not stored, and the model follows etcd once it has re-read it
+    // (until then the controller refuses writes).
+    let stored = cluster
+        .etcdctl(&["get", "/s/", "--prefix", "--keys-only"])
+        .expect("etcdctl");
+    assert!(!stored.contains("during-"), "{stored}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ns = support::netids(&mut a1).await;
+        if !ns.contains_key("during-1") && !ns.contains_key("during-2") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model keeps a refused change: {ns:?}\n{}",
+            c1.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        c1.log_text().contains("database space exceeded"),
+        "the log does not name the reason\n{}",
+        c1.log_text()
+    );
+
+    // The operator frees space and disarms: the same controller takes writes again by itself.
+    tokio::task::block_in_place(|| free_nospace(&cluster, 2));
+    let freed = Instant::now();
+    let deadline = freed + Duration::from_secs(30);
+    loop {
+        match a1
+            .create_namespace(pa::NameRequest {
+                name: "during-1".into(),
+            })
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the controller did not take writes again: {e:?}\n{}",
+                    c1.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    eprintln!(
+        "writes accepted again {} ms after the alarm was disarmed",
+        freed.elapsed().as_millis()
+    );
+    let ns = support::netids(&mut a1).await;
+    assert!(
+        ns.contains_key("before-nospace") && ns.contains_key("during-1"),
+        "{ns:?}"
+    );
+    assert!(!ns.contains_key("during-2"), "{ns:?}");
+    let stored = cluster
+        .etcdctl(&["get", "/s/", "--prefix", "--keys-only"])
+        .expect("etcdctl");
+    assert!(
+        stored.contains("before-nospace") && stored.contains("during-1"),
+        "{stored}"
+    );
+    assert_bridges_match(&sbx, &mut a1).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_and_etcd_datastores_give_identical_flows() {
     let cluster = EtcdCluster::start(3).expect("etcd cluster");

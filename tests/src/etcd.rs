@@ -45,6 +45,21 @@ fn free_port() -> Result<u16, String> {
     ))
 }
 
+/// One member whose data directory is a tmpfs of its own, with a backend quota: the member
+/// that runs out of space (etcd raises its cluster-wide NOSPACE alarm when the database of a
+/// member grows past that member's `--quota-backend-bytes`; a member whose disk itself is full
+/// exits instead, as a killed member does).
+#[derive(Debug, Clone, Copy)]
+pub struct SmallMember {
+    /// The member's index.
+    pub member: usize,
+    /// Size of the tmpfs mounted on its data directory, MiB (its write-ahead log preallocates
+    /// 64 MiB segments: at least twice that).
+    pub tmpfs_mib: u64,
+    /// Its `--quota-backend-bytes`.
+    pub quota_bytes: u64,
+}
+
 struct Member {
     name: String,
     client: u16,
@@ -66,6 +81,10 @@ pub struct EtcdCluster {
     run: RunDir,
     /// The network namespace the members (and etcdctl) run in; None: the current one.
     netns: Option<String>,
+    /// The member on a small tmpfs, if any (its mount is removed on drop).
+    small: Option<SmallMember>,
+    /// Whether the small member's tmpfs is mounted.
+    mounted: bool,
 }
 
 impl EtcdCluster {
@@ -77,6 +96,22 @@ impl EtcdCluster {
     /// [`EtcdCluster::start`] inside network namespace `netns` (on its loopback), e.g. a
     /// [`crate::NetnsLab`]'s controller namespace, for controllers started there.
     pub fn start_in(n: usize, netns: Option<&str>) -> Result<Self, String> {
+        Self::start_with(n, netns, None)
+    }
+
+    /// [`EtcdCluster::start_in`] with member `small.member` on a tmpfs of its own and a small
+    /// backend quota (mounts need root).
+    pub fn start_with(
+        n: usize,
+        netns: Option<&str>,
+        small: Option<SmallMember>,
+    ) -> Result<Self, String> {
+        if small.is_some_and(|s| s.member >= n) {
+            return Err(format!(
+                "no etcd member {:?} of {n}",
+                small.map(|s| s.member)
+            ));
+        }
         let bin = etcd_bin();
         if !bin.exists() {
             return Err(format!(
@@ -89,7 +124,7 @@ impl EtcdCluster {
         // again on fresh ports.
         let mut attempt = 1;
         loop {
-            match Self::start_once(n, netns) {
+            match Self::start_once(n, netns, small) {
                 Ok(c) => return Ok(c),
                 Err((e, true)) if attempt < 3 => {
                     eprintln!("etcd: a port was taken before etcd bound it, again: {e}");
@@ -102,7 +137,11 @@ impl EtcdCluster {
 
     /// One start on freshly picked ports; on failure, why and whether a port was taken (the
     /// members started are stopped).
-    fn start_once(n: usize, netns: Option<&str>) -> Result<Self, (String, bool)> {
+    fn start_once(
+        n: usize,
+        netns: Option<&str>,
+        small: Option<SmallMember>,
+    ) -> Result<Self, (String, bool)> {
         let run = RunDir::create().map_err(|e| (e.to_string(), false))?;
         let mut members = Vec::new();
         for i in 0..n {
@@ -128,9 +167,12 @@ impl EtcdCluster {
             token,
             run,
             netns: netns.map(str::to_string),
+            small,
+            mounted: false,
         };
-        let started = (0..n)
-            .try_for_each(|i| c.spawn(i))
+        let started = c
+            .mount_small()
+            .and_then(|()| (0..n).try_for_each(|i| c.spawn(i)))
             .and_then(|()| c.wait_writable(Duration::from_secs(30)));
         match started {
             Ok(()) => Ok(c),
@@ -143,6 +185,67 @@ impl EtcdCluster {
         self.members.iter().any(|m| {
             std::fs::read_to_string(&m.log).is_ok_and(|l| l.contains("address already in use"))
         })
+    }
+
+    /// Mounts the small member's tmpfs on its data directory.
+    fn mount_small(&mut self) -> Result<(), String> {
+        let Some(s) = self.small else { return Ok(()) };
+        let dir = &self.members[s.member].data;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={}m,mode=0700", s.tmpfs_mib))
+            .arg("flowmesh-etcd-small")
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount a tmpfs on {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        self.mounted = true;
+        Ok(())
+    }
+
+    /// The small member's data directory (its tmpfs), if there is one.
+    pub fn small_member(&self) -> Option<(SmallMember, PathBuf)> {
+        let s = self.small?;
+        Some((s, self.members[s.member].data.clone()))
+    }
+
+    /// Client URL of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client)
+    }
+
+    /// `etcdctl` against member `i` alone, `input` on its standard input.
+    pub fn etcdctl_at(&self, i: usize, args: &[&str], input: &[u8]) -> Result<String, String> {
+        use std::io::Write;
+        let mut child = self
+            .command(PathBuf::from("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoint(i))
+            .arg("--command-timeout=5s")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run etcdctl: {e} (install etcd-client)"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // etcdctl may refuse before it reads: a broken pipe is its error, read below.
+            let _ = stdin.write_all(input);
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), String> {
@@ -179,9 +282,12 @@ impl EtcdCluster {
             .arg("--heartbeat-interval")
             .arg("50")
             .arg("--election-timeout")
-            .arg(ELECTION_TIMEOUT_MS)
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err));
+            .arg(ELECTION_TIMEOUT_MS);
+        if let Some(s) = self.small.filter(|s| s.member == i) {
+            cmd.arg("--quota-backend-bytes")
+                .arg(s.quota_bytes.to_string());
+        }
+        cmd.stdout(Stdio::from(log)).stderr(Stdio::from(err));
         let p = TrackedProcess::spawn(format!("etcd {}", m.name), &mut cmd)
             .map_err(|e| e.to_string())?;
         self.members[i].process = Some(p);
@@ -350,6 +456,12 @@ impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
             self.kill(i);
+        }
+        if self.mounted {
+            if let Some((_, dir)) = self.small_member() {
+                // Lazily: a process of the member's namespace may still hold it a moment.
+                let _ = Command::new("umount").arg("-l").arg(&dir).status();
+            }
         }
         self.run.remove();
     }

@@ -391,6 +391,16 @@ impl Core {
                         // mutations are refused (see `mutate`).
                         self.resyncing = true;
                         if let Some(why) = down {
+                            // A refused write is reported like a lost stream (an event, once
+                            // per outage): etcd out of space keeps its stream healthy, so
+                            // the write's error is all there is to tell.
+                            if self.store_ok {
+                                self.publish(Event::now(
+                                    "StoreUnavailable",
+                                    format!("store/{}", self.store.name()),
+                                    why.clone(),
+                                ));
+                            }
                             self.store_ok = false;
                             self.store_detail = why.clone();
                             revisions(&self.revs).store_down = Some(why);

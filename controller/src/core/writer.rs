@@ -154,7 +154,10 @@ pub(super) async fn write_group(
                 Err(ApiError::FailedPrecondition(m)) => {
                     tracing::warn!(error = %m, "the store refused a change; relisting the store")
                 }
-                _ => tracing::error!("storing changes failed; relisting the store"),
+                Err(e) => {
+                    tracing::error!(error = %e, "storing changes failed; relisting the store")
+                }
+                Ok(()) => {}
             }
             revisions(revs).draining = true;
             let down = match (&r, &not_leader) {
@@ -164,7 +167,9 @@ pub(super) async fn write_group(
             let _ = core.send(CoreCmd::Relist(down));
         } else {
             // Nothing of this batch was acknowledged; the core reloads what is stored.
-            tracing::error!("storing changes failed; reloading state from the store");
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "storing changes failed; reloading state from the store");
+            }
             let _ = core.send(CoreCmd::Reload);
         }
     }

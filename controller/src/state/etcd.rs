@@ -98,6 +98,15 @@ fn unavailable(cfg: &EtcdConfig, e: etcd_rpc::Error) -> StoreError {
             cfg.request_timeout.as_secs()
         ));
     }
+    if lower.contains("database space exceeded") {
+        // etcd's NOSPACE alarm: a member's database outgrew its --quota-backend-bytes (or its
+        // disk), and the whole cluster refuses writes until an operator frees space and
+        // disarms the alarm. Reads and watches go on.
+        return StoreError::Unavailable(format!(
+            "etcd {}: {text}: etcd is out of space (its NOSPACE alarm is raised) and refuses every write until an operator frees space and disarms the alarm (docs/operations.md, \"etcd out of space\"); a change in flight is applied only if etcd committed it (the controller re-reads etcd); switches keep their flows; retry once the alarm is disarmed",
+            cfg.endpoints.join(",")
+        ));
+    }
     let hint = if [
         "no leader",
         "timed out",
@@ -525,5 +534,45 @@ impl EtcdStore {
             expected: -1,
             found: revision,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: tonic::Code, message: &str) -> etcd_rpc::Error {
+        etcd_rpc::Error::Status {
+            member: "http://127.0.0.1:2379".into(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn nospace_says_etcd_is_out_of_space_and_what_frees_it() {
+        let cfg = EtcdConfig::new("http://127.0.0.1:2379").expect("config");
+        let e = unavailable(
+            &cfg,
+            status(
+                tonic::Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+        );
+        assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
+        let text = e.to_string();
+        for want in [
+            "mvcc: database space exceeded",
+            "etcd is out of space",
+            "NOSPACE alarm",
+            "disarms the alarm",
+            "docs/operations.md",
+        ] {
+            assert!(text.contains(want), "{want:?} missing: {text}");
+        }
+        // Not mistaken for a lost quorum.
+        assert!(!text.contains("no quorum"), "{text}");
+        let other = unavailable(&cfg, status(tonic::Code::Unavailable, "no leader"));
+        assert!(!other.to_string().contains("out of space"), "{other}");
     }
 }

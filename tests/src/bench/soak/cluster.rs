@@ -44,8 +44,8 @@ pub enum ReplicaState {
 pub struct Cluster {
     /// The lab (nodes, pods' namespaces, processes).
     pub lab: NetnsLab,
-    /// The etcd members.
-    pub etcd: Mutex<EtcdCluster>,
+    /// The etcd members (None: the embedded-store phase, one controller on its own store).
+    pub etcd: Mutex<Option<EtcdCluster>>,
     /// The controller replicas.
     pub replicas: Mutex<Vec<LabController>>,
     /// Whether each replica answers.
@@ -74,7 +74,77 @@ pub struct Cluster {
     pub mode: Mode,
     /// Each replica's libfaketime offset file (`--clock-steps`; None: clocks are left alone).
     pub clock_files: Option<Vec<PathBuf>>,
+    /// The etcd member on a small tmpfs with a small quota (`--etcd-nospace`).
+    pub nospace_member: Option<usize>,
+    /// The writes made through flowmesh during etcd's NOSPACE alarm: (namespace, manifest,
+    /// acknowledged yet).
+    pub nospace_writes: Mutex<Vec<(String, String, bool)>>,
+    /// What the NOSPACE faults found wrong (a refusal without the reason, a late recovery).
+    pub nospace_errors: Mutex<Vec<String>>,
+    /// The embedded-store phase: the tmpfs the controller's data directory is on.
+    pub disk: Option<PathBuf>,
 }
+
+/// Which store the replicas run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// Three replicas on a 3-member etcd; with `nospace`, member [`NOSPACE`]`.member` on a
+    /// small tmpfs with a small quota.
+    Etcd {
+        /// `--etcd-nospace`.
+        nospace: bool,
+    },
+    /// One controller on its embedded store, its data directory on a tmpfs of this many MiB
+    /// (`--phase embedded-full`).
+    EmbeddedFull {
+        /// The tmpfs's size.
+        mib: u64,
+    },
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(d) = &self.disk {
+            // Lazily: the controller (stopped with the lab right after) may still hold it.
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(d)
+                .status();
+        }
+    }
+}
+
+/// Mounts a tmpfs of `mib` MiB on `dir` (made if missing).
+pub fn mount_tmpfs(dir: &std::path::Path, mib: u64) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let out = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={mib}m,mode=0700"),
+            "flowmesh-soak-disk",
+        ])
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("mount: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount a tmpfs on {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// With `--etcd-nospace`: the member on a small tmpfs, its size and its backend quota.
+pub const NOSPACE: crate::etcd::SmallMember = crate::etcd::SmallMember {
+    member: 2,
+    tmpfs_mib: 512,
+    quota_bytes: 16 << 20,
+};
 
 /// libfaketime (Debian's `faketime` package), the thread-safe variant.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
@@ -95,6 +165,7 @@ impl Cluster {
         leader_ttl: u64,
         shim_extra: &[String],
         clock_steps: bool,
+        store: Store,
     ) -> Result<Cluster, String> {
         if clock_steps && !std::path::Path::new(LIBFAKETIME).exists() {
             return Err(format!(
@@ -112,8 +183,28 @@ impl Cluster {
                 set_clock(f, 0)?;
             }
         }
-        let etcd = EtcdCluster::start_in(3, Some(lab.controller_ns()))?;
-        let eps = etcd.endpoints();
+        let small = (store == Store::Etcd { nospace: true }).then_some(NOSPACE);
+        let etcd = match store {
+            Store::Etcd { .. } => Some(EtcdCluster::start_with(
+                3,
+                Some(lab.controller_ns()),
+                small,
+            )?),
+            Store::EmbeddedFull { .. } => None,
+        };
+        let eps = etcd
+            .as_ref()
+            .map(EtcdCluster::endpoints)
+            .unwrap_or_default();
+        // The embedded store's data directory (LabController's for replica 0) on its tmpfs.
+        let disk = match store {
+            Store::EmbeddedFull { mib } => {
+                let d = lab.run_dir().join("controller").join("data");
+                mount_tmpfs(&d, mib)?;
+                Some(d)
+            }
+            Store::Etcd { .. } => None,
+        };
         let mut base = ControllerOptions::multitenant();
         base.config_yaml = base.config_yaml.replace(
             "mode: multitenant",
@@ -123,6 +214,9 @@ impl Cluster {
         let ttl = leader_ttl.to_string();
         let opts = |id: &str| {
             let mut o = base.clone();
+            if etcd.is_none() {
+                return o;
+            }
             o.extra = [
                 "--datastore",
                 "etcd",
@@ -151,7 +245,8 @@ impl Cluster {
             o
         };
         let mut replicas: Vec<LabController> = Vec::new();
-        for i in 0..REPLICAS {
+        let count = if etcd.is_some() { REPLICAS } else { 1 };
+        for i in 0..count {
             let pki = replicas.first().map(|c| c.pki.clone());
             let id = format!("r{i}");
             let c = LabController::start_replica(&lab, &opts(&id), i as u16, pki.as_deref())
@@ -183,7 +278,7 @@ impl Cluster {
         let c = Cluster {
             grpc: replicas.iter().map(|r| r.grpc).collect(),
             pki: replicas[0].pki.clone(),
-            replica_state: Mutex::new(vec![ReplicaState::Up; REPLICAS]),
+            replica_state: Mutex::new(vec![ReplicaState::Up; count]),
             replicas: Mutex::new(replicas),
             etcd: Mutex::new(etcd),
             shims: Mutex::new(shims),
@@ -196,6 +291,10 @@ impl Cluster {
             udp,
             mode,
             clock_files,
+            nospace_member: small.map(|s| s.member),
+            nospace_writes: Mutex::new(Vec::new()),
+            nospace_errors: Mutex::new(Vec::new()),
+            disk,
             lab,
         };
         let t0 = Instant::now();
@@ -252,14 +351,20 @@ impl Cluster {
     /// Replicas that are up now, in an order that starts at `start` (to spread calls).
     pub fn up_replicas(&self, start: usize) -> Vec<usize> {
         let st = lock(&self.replica_state).clone();
-        (0..REPLICAS)
-            .map(|k| (start + k) % REPLICAS)
+        let n = self.grpc.len();
+        (0..n)
+            .map(|k| (start + k) % n)
             .filter(|&i| st[i] == ReplicaState::Up)
             .collect()
     }
 
     /// The leader, as the first replica that answers `get controllers` says.
     pub fn leader(&self) -> Option<usize> {
+        if self.grpc.len() == 1 {
+            // One controller on its own store ("alone"): it leads whenever it answers.
+            let up = self.up_replicas(0).first().copied()?;
+            return self.ctl_at(up, 3, &["get", "controllers"]).ok().map(|_| up);
+        }
         for i in self.up_replicas(0) {
             let Ok(text) = self.ctl_at(i, 3, &["get", "controllers", "-o", "json"]) else {
                 continue;
@@ -312,10 +417,11 @@ impl Cluster {
         for s in lock(&self.shims).iter() {
             out.push((format!("shim-node{}", s.node), s.pid));
         }
-        let etcd = lock(&self.etcd);
-        for i in 0..etcd.len() {
-            if let Some(p) = etcd.pid(i) {
-                out.push((format!("etcd-m{i}"), p));
+        if let Some(etcd) = lock(&self.etcd).as_ref() {
+            for i in 0..etcd.len() {
+                if let Some(p) = etcd.pid(i) {
+                    out.push((format!("etcd-m{i}"), p));
+                }
             }
         }
         for n in self.lab.nodes() {

@@ -1,8 +1,10 @@
 //! The soak's faults, drawn from the seed: kill -9 and SIGSTOP/SIGCONT of the leader and of
 //! standbys, an etcd member killed and restarted, a shim killed and restarted, a switch's
 //! OpenFlow connection cut, br0 deleted, a node's underlay link down and up, and with
-//! `--clock-steps` a replica's wall clock stepped (libfaketime, never the machine's). At most two at
-//! once, never two on one target, never every replica nor two etcd members down.
+//! `--clock-steps` a replica's wall clock stepped (libfaketime, never the machine's), with
+//! `--etcd-nospace` the small etcd member filled past its quota (etcd's NOSPACE alarm) and
+//! freed as an operator does. At most two at once, never two on one target, never every
+//! replica nor two etcd faults at once.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,12 @@ pub enum Hit {
     Br0Delete(usize),
     /// Node n's underlay link down.
     LinkDown(usize),
+    /// etcd member i out of space (`--etcd-nospace`): its database filled past its quota until
+    /// etcd raises the cluster-wide NOSPACE alarm; at the end the operator's steps free it.
+    EtcdNoSpace(usize),
+    /// The embedded store's disk filled by a file beside the database (`--phase
+    /// embedded-full`); the file removed at the end.
+    DiskFull,
     /// Replica i's wall clock stepped by the seconds given (`--clock-steps`; stepped back at
     /// the end). Two instant faults for the judge: the step and the step back.
     ClockStep(usize, i64),
@@ -40,6 +48,14 @@ pub enum Hit {
 
 /// With `--clock-steps`, the share of fault draws that step a replica's clock.
 const CLOCK_STEP_SHARE: f64 = 0.1;
+
+/// With `--etcd-nospace`, the share of fault draws that fill the small etcd member.
+const NOSPACE_SHARE: f64 = 0.08;
+/// Key prefix of the space-filling writes (outside flowmesh's prefix, as another user of the
+/// etcd cluster would write).
+const FILLER_PREFIX: &str = "/soak-filler/";
+/// Size of one space-filling value (etcd takes requests up to 1.5 MiB).
+const FILLER_BYTES: usize = 1 << 20;
 
 /// A fault in progress.
 #[derive(Debug, Clone)]
@@ -71,6 +87,60 @@ fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
     kill(Pid::from_raw(raw), sig).map_err(|e| format!("{sig} {pid}: {e}"))
 }
 
+/// The file that fills the embedded store's disk.
+const DISK_FILLER: &str = "soak-disk-filler";
+
+/// Whether an error text says that the embedded store's disk is full (or that its database
+/// cannot be opened again yet after the error).
+pub fn says_disk_full(e: &str) -> bool {
+    e.contains("disk of the data directory is full") || e.contains("cannot be opened again yet")
+}
+
+/// `--phase embedded-full`: starts the disk-full fault (held `hold`).
+pub fn start_disk_full(c: &Cluster, h: &History, hold: Duration) -> Result<Active, String> {
+    let start_ms = h.ms();
+    fill_disk(c, h)?;
+    let a = Active {
+        kind: "disk-full".into(),
+        hit: Hit::DiskFull,
+        leader: false,
+        start_ms,
+        until: Instant::now() + hold,
+    };
+    h.log(
+        "fault-start",
+        serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "leader": false, "hold_ms": hold.as_millis() as u64}),
+    );
+    Ok(a)
+}
+
+/// Fills the embedded store's disk with one file beside the database, as another process
+/// writing to the same disk would, then checks that a write through flowmesh is refused with
+/// the reason (or stored: the database file may have room of its own).
+fn fill_disk(c: &Cluster, h: &History) -> Result<(), String> {
+    use std::io::Write;
+    let dir = c.disk.as_ref().ok_or("no store disk")?;
+    let path = dir.join(DISK_FILLER);
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0u8; 64 << 10];
+    let mut bytes = 0u64;
+    let err = loop {
+        match f.write_all(&chunk) {
+            Ok(()) => bytes += chunk.len() as u64,
+            Err(e) => break e,
+        }
+    };
+    drop(f);
+    h.log(
+        "disk-filled",
+        serde_json::json!({"filler_bytes": bytes, "stopped_by": err.to_string(), "used_size_mib": df_mib(dir)}),
+    );
+    if err.raw_os_error() != Some(28) {
+        return Err(format!("filling {}: {err}", path.display()));
+    }
+    write_while_refused(c, h, "diskfull", says_disk_full)
+}
+
 /// Draws and starts one fault that does not clash with `active`; None when none fits now.
 pub fn start_one(
     c: &Cluster,
@@ -90,7 +160,21 @@ pub fn start_one(
     let clock = c.clock_files.is_some()
         && rng.random_bool(CLOCK_STEP_SHARE)
         && !active.iter().any(|a| matches!(a.hit, Hit::ClockStep(..)));
-    let (kind, hit, leader, dur) = if clock {
+    // Drawn only with --etcd-nospace, after the clock (runs with --clock-steps alone keep theirs).
+    let etcd_busy = active
+        .iter()
+        .any(|a| matches!(a.hit, Hit::EtcdKill(_) | Hit::EtcdNoSpace(_)));
+    let nospace =
+        !clock && c.nospace_member.is_some() && rng.random_bool(NOSPACE_SHARE) && !etcd_busy;
+    let (kind, hit, leader, dur) = if nospace {
+        let i = c.nospace_member.unwrap_or(0);
+        (
+            "etcd-nospace".to_owned(),
+            Hit::EtcdNoSpace(i),
+            false,
+            hold(rng, 2_000, 10_000),
+        )
+    } else if clock {
         // Within the lab certificates' 5 minutes of back-dating either way.
         let secs = rng.random_range(5..=240_i64) * if rng.random_bool(0.5) { 1 } else { -1 };
         (
@@ -142,7 +226,7 @@ pub fn start_one(
                 }
             }
             30..=41 => {
-                if active.iter().any(|a| matches!(a.hit, Hit::EtcdKill(_))) {
+                if etcd_busy {
                     return Ok(None);
                 }
                 let i = rng.random_range(0..3);
@@ -191,7 +275,7 @@ pub fn start_one(
             lock(&c.replica_state)[i] = ReplicaState::Stopped;
             signal(lock(&c.replicas)[i].pid, Signal::SIGSTOP)?;
         }
-        Hit::EtcdKill(i) => lock(&c.etcd).kill(i),
+        Hit::EtcdKill(i) => lock(&c.etcd).as_mut().ok_or("no etcd")?.kill(i),
         Hit::ShimKill(n) => {
             let pid = c.shim(n).pid;
             c.lab.kill_process(pid);
@@ -229,6 +313,8 @@ pub fn start_one(
                 .map_err(|e| e.to_string())?;
         }
         Hit::ClockStep(i, secs) => set_clock_of(c, i, secs)?,
+        Hit::EtcdNoSpace(i) => fill_member(c, h, i)?,
+        Hit::DiskFull => fill_disk(c, h)?,
     }
     let a = Active {
         kind,
@@ -252,6 +338,194 @@ fn set_clock_of(c: &Cluster, i: usize, secs: i64) -> Result<(), String> {
     super::cluster::set_clock(f, secs)
 }
 
+/// Used and total MiB of the filesystem at `dir` (`df`).
+fn df_mib(dir: &std::path::Path) -> Option<(u64, u64)> {
+    let out = std::process::Command::new("df")
+        .args(["-B1M", "--output=used,size"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.lines().nth(1)?.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// The database size (bytes) member `i` reports.
+fn db_size(etcd: &crate::EtcdCluster, i: usize) -> Option<u64> {
+    let text = etcd
+        .etcdctl_at(i, &["endpoint", "status", "-w", "json"], b"")
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(text.trim()).ok()?;
+    v[0]["Status"]["dbSize"].as_u64()
+}
+
+/// Whether etcd has a NOSPACE alarm raised.
+fn nospace_raised(etcd: &crate::EtcdCluster) -> Result<bool, String> {
+    Ok(etcd.etcdctl(&["alarm", "list"])?.contains("NOSPACE"))
+}
+
+/// Whether an error text is etcd's refusal for space, as flowmesh passes it on.
+pub fn says_no_space(e: &str) -> bool {
+    e.contains("database space exceeded")
+}
+
+/// Fills etcd member `i` past its quota with writes outside flowmesh's prefix until etcd
+/// raises its NOSPACE alarm, then checks that a write through flowmesh is refused with etcd's
+/// reason (it is applied once the alarm is gone: [`free_member`]).
+fn fill_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
+    let t0 = Instant::now();
+    let guard = lock(&c.etcd);
+    let etcd = guard.as_ref().ok_or("no etcd")?;
+    let dir = etcd.small_member().map(|(_, d)| d);
+    let before = db_size(etcd, i);
+    let value = vec![b'f'; FILLER_BYTES];
+    let mut puts = 0u32;
+    let mut last = String::new();
+    loop {
+        if nospace_raised(etcd).unwrap_or(false) {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "etcd m{i}: no NOSPACE alarm after {puts} writes of {FILLER_BYTES} bytes in 60 s (last: {last})"
+            ));
+        }
+        let key = format!("{FILLER_PREFIX}{puts}");
+        match etcd.etcdctl_at(i, &["put", &key], &value) {
+            Ok(_) => puts += 1,
+            Err(e) => last = e,
+        }
+    }
+    drop(guard);
+    let df = dir.as_deref().and_then(df_mib);
+    h.log(
+        "etcd-nospace-raised",
+        serde_json::json!({"member": i, "puts": puts, "fill_ms": t0.elapsed().as_millis() as u64,
+            "db_bytes_before": before, "last_put_error": last, "tmpfs_used_size_mib": df}),
+    );
+    write_while_refused(c, h, "nospace", says_no_space)
+}
+
+/// A write through flowmesh while a store fault lasts (a namespace `PREFIX-N`, labelled
+/// `soak-nospace: N`): refused with the reason `clear` recognizes, or, if acknowledged,
+/// present at the end like every acknowledged write. Applied again when the fault ends
+/// ([`write_again`]).
+fn write_while_refused(
+    c: &Cluster,
+    h: &History,
+    prefix: &str,
+    clear: fn(&str) -> bool,
+) -> Result<(), String> {
+    let seq = lock(&c.nospace_writes).len() + 1;
+    let ns = format!("{prefix}-{seq}");
+    let file = c.lab.run_dir().join(format!("soak-{ns}.yaml"));
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    soak-nospace: \"{seq}\"\n"
+    );
+    std::fs::write(&file, yaml).map_err(|e| format!("{}: {e}", file.display()))?;
+    let f = file.display().to_string();
+    let outcome = match c.leader() {
+        None => Err("no leader answers".to_owned()),
+        Some(l) => c.ctl_at(l, 10, &["apply", "-f", &f]),
+    };
+    h.log(
+        "store-full-write",
+        serde_json::json!({"namespace": ns, "acknowledged": outcome.is_ok(), "answer": match &outcome { Ok(o) => o.trim(), Err(e) => e.as_str() }}),
+    );
+    match &outcome {
+        Err(e) if !clear(e) && e != "no leader answers" => lock(&c.nospace_errors).push(format!(
+            "a write while the store had no space was refused without the reason: {e}"
+        )),
+        _ => {}
+    }
+    lock(&c.nospace_writes).push((ns, f, outcome.is_ok()));
+    Ok(())
+}
+
+/// The operator's steps for etcd's NOSPACE alarm (etcd's documented recovery): delete what
+/// filled the space, compact to the current revision, defragment the member, disarm.
+fn free_member(c: &Cluster, h: &History, i: usize) -> Result<(), String> {
+    let guard = lock(&c.etcd);
+    let etcd = guard.as_ref().ok_or("no etcd")?;
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(30);
+    // Each step again until it works (a member may be electing a leader a moment).
+    let step = |args: &[&str], at: Option<usize>| -> Result<String, String> {
+        loop {
+            let r = match at {
+                Some(m) => etcd.etcdctl_at(m, args, b""),
+                None => etcd.etcdctl(args),
+            };
+            match r {
+                Ok(out) => return Ok(out),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("etcdctl {}: {e}", args.join(" ")))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    };
+    step(&["del", "--prefix", FILLER_PREFIX], None)?;
+    let status = step(&["endpoint", "status", "-w", "json"], Some(i))?;
+    let v: serde_json::Value =
+        serde_json::from_str(status.trim()).map_err(|e| format!("endpoint status: {e}"))?;
+    let rev = v[0]["Status"]["header"]["revision"]
+        .as_u64()
+        .ok_or_else(|| format!("endpoint status without a revision: {status}"))?;
+    let rev = rev.to_string();
+    // Compacted already (by an earlier fault at the same revision) is fine.
+    if let Err(e) = step(&["compact", &rev, "--physical"], None) {
+        if !e.contains("compacted") {
+            return Err(e);
+        }
+    }
+    step(&["defrag"], Some(i))?;
+    step(&["alarm", "disarm"], None)?;
+    let after = db_size(etcd, i);
+    drop(guard);
+    h.log(
+        "etcd-nospace-freed",
+        serde_json::json!({"member": i, "compacted_to": rev, "db_bytes_after": after, "ms": t0.elapsed().as_millis() as u64}),
+    );
+    Ok(())
+}
+
+/// Once the space is back: the write refused meanwhile is applied within 2 s of the fault's
+/// end (the control plane is back), retried until acknowledged.
+fn write_again(c: &Cluster, h: &History, end: Instant) {
+    let Some((ns, file, _)) = lock(&c.nospace_writes).last().cloned() else {
+        return;
+    };
+    let mut last = String::new();
+    while end.elapsed() < Duration::from_secs(30) {
+        for i in c.up_replicas(0) {
+            match c.ctl_at(i, 5, &["apply", "-f", &file]) {
+                Ok(_) => {
+                    let ms = end.elapsed().as_millis() as u64;
+                    h.log(
+                        "store-full-write-again",
+                        serde_json::json!({"namespace": ns, "ms_after_end": ms}),
+                    );
+                    if let Some(w) = lock(&c.nospace_writes).iter_mut().find(|w| w.0 == ns) {
+                        w.2 = true;
+                    }
+                    if ms > 2_000 {
+                        lock(&c.nospace_errors).push(format!(
+                            "the write {ns} refused while the store had no space was acknowledged {ms} ms after the fault ended (window 2000 ms)"
+                        ));
+                    }
+                    return;
+                }
+                Err(e) => last = format!("r{i}: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lock(&c.nospace_errors).push(format!(
+        "the write {ns} refused while the store had no space was not acknowledged within 30 s of the fault's end: {last}"
+    ));
+}
+
 /// Ends fault `a` (restarts, SIGCONT, link up, OpenFlow let through, clock back); its spans.
 pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, String> {
     match a.hit {
@@ -267,6 +541,8 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
             lock(&c.replica_state)[i] = ReplicaState::Up;
         }
         Hit::EtcdKill(i) => lock(&c.etcd)
+            .as_mut()
+            .ok_or("no etcd")?
             .restart(i)
             .map_err(|e| format!("restart etcd m{i}: {e}"))?,
         Hit::ShimKill(n) => {
@@ -282,6 +558,12 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
         }
         Hit::Br0Delete(_) => {}
         Hit::ClockStep(i, _) => set_clock_of(c, i, 0)?,
+        Hit::EtcdNoSpace(i) => free_member(c, h, i)?,
+        Hit::DiskFull => {
+            let dir = c.disk.as_ref().ok_or("no store disk")?;
+            let f = dir.join(DISK_FILLER);
+            std::fs::remove_file(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
         Hit::LinkDown(n) => {
             let ul = c.lab.underlay_ns().to_owned();
             c.lab
@@ -291,10 +573,14 @@ pub fn end(c: &Cluster, h: &History, a: &Active) -> Result<Vec<FaultSpan>, Strin
         }
     }
     let end_ms = h.ms();
+    let ended = Instant::now();
     h.log(
         "fault-end",
         serde_json::json!({"kind": a.kind, "hit": format!("{:?}", a.hit), "start_ms": a.start_ms, "end_ms": end_ms}),
     );
+    if matches!(a.hit, Hit::EtcdNoSpace(_) | Hit::DiskFull) {
+        write_again(c, h, ended);
+    }
     Ok(spans_of(a, end_ms))
 }
 
@@ -352,5 +638,31 @@ mod tests {
         assert_eq!(at(step.clone()), [(1_000, 1_000), (9_000, 9_000)]);
         // A replica's clock is the control plane's: every probe, no node.
         assert!(step.iter().all(|s| s.node.is_none() && !s.leader));
+    }
+
+    #[test]
+    fn a_store_without_space_is_a_control_plane_span_until_it_is_freed() {
+        for hit in [Hit::EtcdNoSpace(2), Hit::DiskFull] {
+            let sp = spans_of(&active(hit), 7_000);
+            assert_eq!(sp.len(), 1, "{hit:?}");
+            assert_eq!((sp[0].start_ms, sp[0].end_ms), (1_000, 7_000), "{hit:?}");
+            assert!(sp[0].node.is_none() && !sp[0].leader, "{hit:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_for_space_are_recognized_by_their_reason_only() {
+        assert!(says_no_space(
+            "the store did not confirm the change: etcd x: etcdserver: mvcc: database space exceeded (ResourceExhausted): etcd is out of space"
+        ));
+        assert!(!says_no_space(
+            "etcd x: no leader (etcd unreachable, or the cluster has no quorum)"
+        ));
+        assert!(says_disk_full(
+            "the change was not stored: embedded database transaction failed: /d/flowmesh.redb: I/O error: No space left on device (os error 28): the disk of the data directory is full: free space there"
+        ));
+        assert!(!says_disk_full(
+            "embedded database transaction failed: Previous I/O error occurred. Please close and re-open the database."
+        ));
     }
 }

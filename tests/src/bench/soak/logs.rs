@@ -86,8 +86,10 @@ pub fn keep(c: &Cluster, to: &Path) -> Result<usize, String> {
     std::fs::create_dir_all(to).map_err(|e| format!("create {}: {e}", to.display()))?;
     clear_logs(to)?;
     let mut n = copy_logs(c.lab.run_dir(), to, "")?;
-    let etcd = lock(&c.etcd).run_path().to_path_buf();
-    n += copy_logs(&etcd, to, "etcd__")?;
+    let etcd = lock(&c.etcd).as_ref().map(|e| e.run_path().to_path_buf());
+    if let Some(etcd) = etcd {
+        n += copy_logs(&etcd, to, "etcd__")?;
+    }
     Ok(n)
 }
 

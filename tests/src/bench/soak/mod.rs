@@ -51,6 +51,18 @@ struct Opts {
     warmup_secs: f64,
     shim_extra: Vec<String>,
     clock_steps: bool,
+    etcd_nospace: bool,
+    phase: Phase,
+    disk_mib: u64,
+}
+
+/// Which soak runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Three replicas on etcd under the seeded faults.
+    Chaos,
+    /// One controller on its embedded store whose disk fills up and is freed again.
+    EmbeddedFull,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -75,6 +87,15 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             .collect(),
         None => Vec::new(),
     };
+    let phase = match arg_value::<String>(args, "--phase", "chaos".into())?.as_str() {
+        "chaos" => Phase::Chaos,
+        "embedded-full" => Phase::EmbeddedFull,
+        p => return Err(format!("--phase {p}: chaos or embedded-full")),
+    };
+    let etcd_nospace = args.iter().any(|a| a == "--etcd-nospace");
+    if phase == Phase::EmbeddedFull && etcd_nospace {
+        return Err("--etcd-nospace is for the etcd phase (chaos), not embedded-full".into());
+    }
     if minutes.is_nan() || minutes <= 0.0 {
         return Err("--minutes must be positive".into());
     }
@@ -89,6 +110,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         warmup_secs: arg_value(args, "--warmup-secs", (minutes * 60.0 / 5.0).min(300.0))?,
         shim_extra,
         clock_steps: args.iter().any(|a| a == "--clock-steps"),
+        etcd_nospace,
+        phase,
+        disk_mib: arg_value(args, "--disk-mib", 16)?,
     })
 }
 
@@ -120,7 +144,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
         serde_json::json!({"minutes": o.minutes, "seed": o.seed, "mode": o.mode.config_name(), "args": args}),
     );
     eprintln!("soak: history in {}", h.path().display());
-    let c = Cluster::start(o.mode, o.leader_ttl, &o.shim_extra, o.clock_steps)?;
+    let c = Cluster::start(
+        o.mode,
+        o.leader_ttl,
+        &o.shim_extra,
+        o.clock_steps,
+        match o.phase {
+            Phase::Chaos => cluster::Store::Etcd {
+                nospace: o.etcd_nospace,
+            },
+            Phase::EmbeddedFull => cluster::Store::EmbeddedFull { mib: o.disk_mib },
+        },
+    )?;
     h.log("cluster-up", serde_json::json!({"lab": c.lab.id()}));
     let out = run(&c, &h, &o);
     // The logs go with the lab: kept beside the history (a replica's panic, a switch's stall).
@@ -158,7 +193,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
         eprintln!("soak: {e}");
     }
     eprintln!(
-        "soak: seed={} mode={} probes={} transitional={} bench_pauses={} control_stalls={} machine_stalls={} machine_failures={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
+        "soak: phase={:?} seed={} mode={} probes={} transitional={} bench_pauses={} control_stalls={} machine_stalls={} machine_failures={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
+        o.phase,
         o.seed,
         o.mode.config_name(),
         v.probes,
@@ -260,7 +296,20 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
                     k += 1;
                 }
             }
-            if now >= next && active.len() < 2 {
+            if o.phase == Phase::EmbeddedFull {
+                // One fault only: the store's disk full for 3-15 s, then freed.
+                if now >= next && active.is_empty() {
+                    let hold = Duration::from_millis(rng.random_range(3_000..15_000));
+                    match faults::start_disk_full(c, h, hold) {
+                        Ok(a) => {
+                            out.faults += 1;
+                            active.push(a);
+                        }
+                        Err(e) => errors.push(format!("starting a fault: {e}")),
+                    }
+                    next = Instant::now() + gap(&mut rng);
+                }
+            } else if now >= next && active.len() < 2 {
                 match faults::start_one(c, h, &mut rng, &active) {
                     Ok(Some(a)) => {
                         out.faults += 1;
@@ -332,6 +381,10 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         }
         Ok(())
     })?;
+    if o.phase == Phase::EmbeddedFull {
+        // A restart loads what the store holds: everything acknowledged must be there.
+        restart_alone(c, h, &mut errors);
+    }
     let w = lock(&world);
     out.lost_writes = lost_writes(c, h, &w.current, &mut errors);
     let probes = std::mem::take(&mut *lock(&rec.probes));
@@ -354,8 +407,34 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
     );
     out.control_stalls = control.len();
     out.bench_pauses = pauses.len();
+    errors.extend(lock(&c.nospace_errors).drain(..));
     out.errors = errors;
     Ok(out)
+}
+
+/// Restarts the one controller of the embedded phase (SIGTERM, start on the same data
+/// directory) and waits until it holds every switch again.
+fn restart_alone(c: &Cluster, h: &History, errors: &mut Vec<String>) {
+    let t0 = Instant::now();
+    {
+        let mut r = lock(&c.replicas);
+        r[0].stop(&c.lab);
+        if let Err(e) = r[0].spawn(&c.lab) {
+            errors.push(format!("restarting the controller: {e}"));
+            return;
+        }
+    }
+    while !c.synced_everywhere(0) {
+        if t0.elapsed() > Duration::from_secs(60) {
+            errors.push("the restarted controller did not sync every switch within 60 s".into());
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    h.log(
+        "restarted",
+        serde_json::json!({"secs": t0.elapsed().as_secs_f64()}),
+    );
 }
 
 /// Probes every pair until all answer as the truth table says (60 s at most).
@@ -627,6 +706,33 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
             }
         }
         Err(e) => errors.push(format!("read back netnamespaces: {e}")),
+    }
+    // The writes made during etcd's NOSPACE alarm, once acknowledged.
+    let nospace: Vec<(String, String, bool)> = lock(&c.nospace_writes).clone();
+    if nospace.iter().any(|w| w.2) {
+        match get(&["get", "netnamespaces"]) {
+            Ok(v) => {
+                for (ns, _, acked) in nospace.iter().filter(|w| w.2) {
+                    let seq = ns.rsplit('-').next().unwrap_or_default();
+                    let label = v
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|n| n["name"] == ns.as_str())
+                        .map(|n| n["labels"]["soak-nospace"].clone());
+                    match label {
+                        None => {
+                            lost.push(format!("namespace {ns} (acknowledged: {acked}) missing"))
+                        }
+                        Some(l) if l != seq => lost.push(format!(
+                            "namespace {ns}: label soak-nospace={l}, wrote {seq}"
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+            Err(e) => errors.push(format!("read back namespaces: {e}")),
+        }
     }
     h.log("read-back", serde_json::json!({"lost": lost}));
     lost.len()

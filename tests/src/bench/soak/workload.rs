@@ -135,6 +135,7 @@ impl<'a> Workload<'a> {
     fn write(&mut self, args: &[&str], ok_err: &dyn Fn(&str) -> bool) -> Result<String, String> {
         let t0 = Instant::now();
         let mut attempts = 0u32;
+        let mut logged = String::new();
         loop {
             self.rr += 1;
             let order = self.c.up_replicas(self.rr);
@@ -154,7 +155,19 @@ impl<'a> Workload<'a> {
                         }
                         return Ok(e);
                     }
-                    Err(e) => last = format!("r{i}: {e}"),
+                    Err(e) => {
+                        // Each new refusal once in the history (etcd's NOSPACE alarm, no
+                        // quorum, a standby's refusal): what the writer was told.
+                        let e = format!("r{i}: {e}");
+                        if e != logged {
+                            self.h.log(
+                                "write-refused",
+                                serde_json::json!({"args": args, "error": e}),
+                            );
+                            logged = e.clone();
+                        }
+                        last = e;
+                    }
                 }
             }
             if t0.elapsed() > WRITE_DEADLINE {
