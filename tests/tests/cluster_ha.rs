@@ -133,9 +133,19 @@ fn deleting_the_leader_pod_hands_over_without_a_flow_mod_or_a_lost_packet() {
     let t_start = Instant::now();
     let cluster = Cluster::ensure(Mode::NetworkPolicy).expect("cluster up");
     let _ = cluster.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=90s"]);
+    // A settled Deployment: exactly its 3 pods, all Ready — no replacement still Pending or
+    // starting, no old pod still Terminating (an earlier test may have left one; such a pod
+    // could take the Lease without being counted as a standby here).
     let replicas = cluster
-        .wait_pods_ready("flowmesh", CONTROLLERS, 3, Duration::from_secs(240))
-        .expect("3 controller replicas Ready");
+        .wait_for(
+            "exactly 3 controller pods, all Ready",
+            Duration::from_secs(240),
+            || {
+                let pods = cluster.pods("flowmesh", CONTROLLERS).ok()?;
+                (pods.len() == 3 && pods.iter().all(|p| p.ready)).then_some(pods)
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     let leader = cluster
         .wait_for("a controller leader", Duration::from_secs(60), || {
             cluster.controller_leader().ok().flatten()
