@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use flowmesh_tests::cluster::{metric_value, Cluster, Mode, PodInfo};
+use flowmesh_tests::cluster::{metric_value, parse_pods, Cluster, Mode, PodInfo};
 
 const NS: &str = "ha-stream";
 const CONTROLLERS: &str = "app.kubernetes.io/name=flowmesh-controller";
@@ -141,7 +141,22 @@ fn deleting_the_leader_pod_hands_over_without_a_flow_mod_or_a_lost_packet() {
             "exactly 3 controller pods, all Ready",
             Duration::from_secs(240),
             || {
-                let pods = cluster.pods("flowmesh", CONTROLLERS).ok()?;
+                // Finished pods (an evicted one stays listed as Failed) do not count.
+                let out = cluster
+                    .kubectl(&[
+                        "get",
+                        "pods",
+                        "-n",
+                        "flowmesh",
+                        "-l",
+                        CONTROLLERS,
+                        "--field-selector",
+                        "status.phase!=Failed,status.phase!=Succeeded",
+                        "-o",
+                        "json",
+                    ])
+                    .ok()?;
+                let pods = parse_pods(&out).ok()?;
                 (pods.len() == 3 && pods.iter().all(|p| p.ready)).then_some(pods)
             },
         )
