@@ -199,11 +199,7 @@ impl Core {
             return;
         };
         let now = self.model.egress_snapshot();
-        if now.automatic == stored.automatic
-            || now.nodes != stored.nodes
-            || now.namespaces != stored.namespaces
-            || !self.cfg.leadership.leads()
-        {
+        if !placements_to_write(now, &stored) || !self.cfg.leadership.leads() {
             return;
         }
         tracing::info!(
@@ -212,11 +208,7 @@ impl Core {
         );
         self.mutate_or_refuse(
             Box::new(move |m: &mut ClusterModel| {
-                let now = m.egress_snapshot();
-                if now.automatic == stored.automatic
-                    || now.nodes != stored.nodes
-                    || now.namespaces != stored.namespaces
-                {
+                if !placements_to_write(m.egress_snapshot(), &stored) {
                     return None;
                 }
                 let finish: Finish = Box::new(|r: Result<(), ApiError>| {
@@ -299,4 +291,16 @@ impl Core {
             self.node_liveness(&n, false);
         }
     }
+}
+
+/// Whether the model's egress snapshot `now` differs from the stored one only in its
+/// placements: the requests (nodes' egress CIDRs and IPs, namespaces' egress IPs) are the same
+/// and the placements are not. Only then does the leader write the placements back.
+fn placements_to_write(
+    now: &topology::model::EgressSnapshot,
+    stored: &topology::model::EgressSnapshot,
+) -> bool {
+    now.automatic != stored.automatic
+        && now.nodes == stored.nodes
+        && now.namespaces == stored.namespaces
 }
