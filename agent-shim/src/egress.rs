@@ -335,9 +335,10 @@ fn announce(iface: String, ip: Ipv4Addr) {
 }
 
 /// Keeps the `WatchEgress` stream open: publishes every list heard; reconnects (after a short
-/// back-off) when the stream ends, fails, or stays silent for three keepalives.
+/// back-off, on new connections: [`NodeApi::fresh_connections`]) when the stream ends, fails,
+/// or stays silent for three keepalives.
 pub async fn watch_controller(
-    api: NodeApi,
+    mut api: NodeApi,
     node: String,
     tx: watch::Sender<Option<Vec<Assignment>>>,
     reconnected: Arc<tokio::sync::Notify>,
@@ -395,6 +396,7 @@ pub async fn watch_controller(
         if tx.is_closed() {
             return;
         }
+        api = api.fresh_connections();
         tokio::time::sleep(delay).await;
         // At most half a second between attempts: a restarted controller is found (and the
         // node re-registered) within about that.

@@ -25,10 +25,24 @@ use crate::cni::{code, CniError};
 /// a replica that cannot be reached is skipped, as before.
 #[derive(Debug, Clone)]
 pub struct NodeApi {
+    endpoints: std::sync::Arc<[Endpoint]>,
     clients: std::sync::Arc<[NodeApiClient<Channel>]>,
     preferred: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     url: String,
 }
+
+/// How long a TCP connect to a replica may take. The kernel answers a connect whatever the
+/// controller is doing, so a second is generous; a connect made while this node's link was down
+/// is then tried again within about a second of the link coming back, not after the SYN's own
+/// back-off (a retransmission 3 s after the first).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2 PINGs on every channel, answered or the connection is dropped: a connection that died
+/// silently (this node's link went down, a middlebox forgot it) is found within
+/// `KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT`, and the next call connects afresh instead of
+/// waiting behind TCP's retransmission back-off on the dead one. The same figures as the
+/// controller's server side.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A failed node API call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -142,6 +156,14 @@ where
     }
 }
 
+/// One lazily connected channel per replica (each reconnects by itself).
+fn lazy_clients(endpoints: &[Endpoint]) -> std::sync::Arc<[NodeApiClient<Channel>]> {
+    endpoints
+        .iter()
+        .map(|ep| NodeApiClient::new(ep.connect_lazy()))
+        .collect()
+}
+
 impl NodeApi {
     /// A client for `url` (`http://IP:PORT`, or `https://` with `tls`; several controller
     /// replicas' URLs comma-separated: each call goes to a live one, the same while it answers); `timeout` bounds each
@@ -154,7 +176,10 @@ impl NodeApi {
         let mut endpoints = Vec::new();
         for u in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
             let mut ep = Endpoint::from_shared(u.to_owned())?
-                .connect_timeout(Duration::from_secs(3))
+                .connect_timeout(CONNECT_TIMEOUT)
+                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .keep_alive_while_idle(true)
                 .timeout(timeout);
             if let Some(t) = &tls {
                 ep = ep.tls_config(t.clone())?;
@@ -164,16 +189,25 @@ impl NodeApi {
         if endpoints.is_empty() {
             endpoints.push(Endpoint::from_shared(url.to_owned())?);
         }
-        // One lazily connected channel per replica (each reconnects by itself).
-        let clients: Vec<NodeApiClient<Channel>> = endpoints
-            .into_iter()
-            .map(|ep| NodeApiClient::new(ep.connect_lazy()))
-            .collect();
+        let endpoints: std::sync::Arc<[Endpoint]> = endpoints.into();
         Ok(NodeApi {
-            clients: clients.into(),
+            clients: lazy_clients(&endpoints),
+            endpoints,
             preferred: Default::default(),
             url: url.to_owned(),
         })
+    }
+
+    /// The same replicas on new connections (the preferred replica shared with `self`). A
+    /// stream that broke or went silent is opened again on these: its old connection may have
+    /// died with this node's link, and a call on it would wait for TCP to give up.
+    pub fn fresh_connections(&self) -> NodeApi {
+        NodeApi {
+            clients: lazy_clients(&self.endpoints),
+            endpoints: self.endpoints.clone(),
+            preferred: self.preferred.clone(),
+            url: self.url.clone(),
+        }
     }
 
     fn err(&self, op: &'static str) -> impl FnOnce(tonic::Status) -> NodeApiError + '_ {
@@ -277,10 +311,12 @@ mod tests {
     use std::sync::Arc;
     use tonic::{Request, Response, Status};
 
-    /// A replica that counts the AttachPod calls it answered; a standby (the second field)
-    /// refuses WatchEgress as the controller's standbys do, a leader serves it.
+    /// A replica that counts the AttachPod calls it answered (the first field) and the
+    /// WatchEgress streams it opened (the third); a standby (the second field) refuses
+    /// WatchEgress as the controller's standbys do, a leader serves it: a list at once, then one
+    /// every 200 ms with a 500 ms keepalive, for as long as the stream is open.
     #[derive(Clone, Default)]
-    struct Replica(Arc<AtomicUsize>, bool);
+    struct Replica(Arc<AtomicUsize>, bool, Arc<AtomicUsize>);
 
     #[tonic::async_trait]
     impl NodeApiService for Replica {
@@ -311,8 +347,18 @@ mod tests {
             if self.1 {
                 return Err(proto::standby::refusal("r1", "a standby".into()));
             }
-            let one = EgressAssignments::default();
-            Ok(Response::new(Box::pin(futures::stream::iter([Ok(one)]))))
+            self.2.fetch_add(1, Ordering::SeqCst);
+            let lists = futures::stream::unfold(true, |first| async move {
+                if !first {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let list = EgressAssignments {
+                    keepalive_ms: 500,
+                    ..Default::default()
+                };
+                Some((Ok(list), false))
+            });
+            Ok(Response::new(Box::pin(lists)))
         }
         type WatchAuditStream = tonic::codegen::BoxStream<proto::node::AuditSettings>;
         async fn watch_audit(
@@ -346,6 +392,107 @@ mod tests {
                 .await;
         });
         (url, tx)
+    }
+
+    /// A TCP relay whose connections can be made to die silently, as when this node's link
+    /// goes down: after [`Relay::freeze`] every connection open at that moment still takes
+    /// bytes but forwards none, either way, and closes nothing; new connections work.
+    struct Relay {
+        url: String,
+        conns: Arc<std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>>,
+    }
+
+    impl Relay {
+        async fn start(upstream: &str) -> Relay {
+            let upstream: std::net::SocketAddr = upstream
+                .trim_start_matches("http://")
+                .parse()
+                .expect("upstream address");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let url = format!("http://{}", listener.local_addr().expect("address"));
+            let conns: Arc<std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>> =
+                Arc::default();
+            let list = conns.clone();
+            tokio::spawn(async move {
+                while let Ok((down, _)) = listener.accept().await {
+                    let Ok(up) = tokio::net::TcpStream::connect(upstream).await else {
+                        continue;
+                    };
+                    let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    list.lock().expect("relay list").push(dead.clone());
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    tokio::spawn(Relay::pipe(dr, uw, dead.clone()));
+                    tokio::spawn(Relay::pipe(ur, dw, dead));
+                }
+            });
+            Relay { url, conns }
+        }
+
+        async fn pipe(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            dead: Arc<std::sync::atomic::AtomicBool>,
+        ) {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if !dead.load(Ordering::SeqCst) && to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+
+        /// Every connection open now dies silently.
+        fn freeze(&self) {
+            for c in self.conns.lock().expect("relay list").iter() {
+                c.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_egress_stream_whose_connection_died_silently_is_opened_on_a_new_one() {
+        let leader = Replica::default();
+        let (url, _stop) = serve(leader.clone()).await;
+        let relay = Relay::start(&url).await;
+        // A call timeout far beyond this test's own bound: a call left waiting on the dead
+        // connection would not end by itself.
+        let api = NodeApi::new(&relay.url, Duration::from_secs(3600), None).expect("client");
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
+        let reconnected = Arc::new(tokio::sync::Notify::new());
+        let watcher = tokio::spawn(crate::egress::watch_controller(
+            api,
+            "node1".into(),
+            tx,
+            reconnected.clone(),
+        ));
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(Option::is_some))
+            .await
+            .expect("a first list within 60 s")
+            .expect("the watcher runs");
+        let before = leader.2.load(Ordering::SeqCst);
+        relay.freeze();
+        // The stream goes silent; the shim opens it again and the replica serves it — on a
+        // new connection, since the frozen ones forward nothing — and the shim hears it.
+        let reopened = async {
+            loop {
+                reconnected.notified().await;
+                if leader.2.load(Ordering::SeqCst) > before {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), reopened)
+            .await
+            .expect("the egress stream opened again on a live connection within 60 s");
+        watcher.abort();
     }
 
     #[tokio::test]
@@ -394,7 +541,7 @@ mod tests {
     async fn a_standby_s_refusal_sends_the_call_to_the_leader() {
         // The preferred replica (first listed) is a standby: WatchEgress reaches the leader,
         // which then stays the preferred replica for every call.
-        let standby = Replica(Arc::default(), true);
+        let standby = Replica(Arc::default(), true, Arc::default());
         let leader = Replica::default();
         let (url_s, _stop_s) = serve(standby.clone()).await;
         let (url_l, _stop_l) = serve(leader.clone()).await;

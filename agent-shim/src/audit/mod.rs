@@ -91,9 +91,9 @@ fn sink_settings(opts: &AuditOptions, s: &AuditSettings) -> SinkSettings {
     }
 }
 
-/// Follows `WatchAudit`, publishing each settings message; reconnects when the stream ends or
-/// stays silent for three keepalives.
-async fn follow_settings(api: NodeApi, node: String, tx: watch::Sender<Option<AuditSettings>>) {
+/// Follows `WatchAudit`, publishing each settings message; reconnects (on new connections)
+/// when the stream ends or stays silent for three keepalives.
+async fn follow_settings(mut api: NodeApi, node: String, tx: watch::Sender<Option<AuditSettings>>) {
     let mut delay = Duration::from_millis(200);
     loop {
         match api.watch_audit(&node).await {
@@ -124,6 +124,7 @@ async fn follow_settings(api: NodeApi, node: String, tx: watch::Sender<Option<Au
             },
             Err(e) => debug!(error = %e, "WatchAudit not answered yet"),
         }
+        api = api.fresh_connections();
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
     }
