@@ -467,3 +467,148 @@ async fn shims_watch_the_leader_and_a_new_leader_keeps_their_egress_ips() {
     assert_ne!(hs[0]["offline"].as_bool(), Some(true), "{hs}");
     drop(stream);
 }
+
+/// A leader that took a node offline for egress IPs (its shim stopped watching) and is then
+/// deposed keeps no such decision as a standby: that a node is offline is not stored, and a
+/// standby's own liveness changes are refused, so the old leader kept the node offline in its
+/// model for as long as it stayed a standby — its flows differed from the new leader's, and an
+/// attach made through it waited 20 s for a switch that never held them and was taken back
+/// (found by the chaos soak, seed 23: a CNI ADD failed for two minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_drops_its_liveness_view_and_serves_attaches_as_a_standby() {
+    use proto::node::{node_api_client::NodeApiClient, WatchEgressRequest};
+    let cluster = EtcdCluster::start(3).expect("etcd cluster");
+    let eps = cluster.endpoints();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cs: Vec<Controller> = (1..=3)
+        .map(|i| {
+            let id = format!("c{i}");
+            Controller::start(
+                &dir.path().join(&id),
+                &[
+                    "--datastore",
+                    "etcd",
+                    "--etcd-endpoints",
+                    &eps,
+                    "--etcd-prefix",
+                    "/deposed-view/",
+                    "--replica-id",
+                    &id,
+                    "--etcd-election-timeout",
+                    flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
+                    "--leader-ttl",
+                    "3",
+                    "--shim-grace",
+                    "1",
+                ],
+            )
+        })
+        .collect();
+    let sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
+    let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
+    let mut admin = cs[l].admin().await;
+    populate(&mut admin).await;
+    bridges_match(&sbx, &mut admin).await;
+    // A manual egress IP on node-b: while node-b is offline it drops out of every node's
+    // flows (a decision of the leader's that is not stored).
+    let g = cs[l].grpc;
+    support::ctl(
+        g,
+        &["patch", "hostsubnet", "node-b", "--egress-ips=172.31.0.100"],
+    )
+    .ok();
+    support::ctl(
+        g,
+        &["patch", "netnamespace", "ns1", "--egress-ips=172.31.0.100"],
+    )
+    .ok();
+    let offline_at = |c: &Controller| -> Option<bool> {
+        let text = support::ctl(c.grpc, &["get", "hostsubnets", "node-b", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(text.ok()).ok()?;
+        // `offline` is left out when false.
+        v.get(0).map(|h| h["offline"].as_bool().unwrap_or(false))
+    };
+
+    // node-b's shim watches the leader, then stops: after the grace node-b is offline there.
+    let mut api = NodeApiClient::connect(format!("http://{}", cs[l].grpc))
+        .await
+        .expect("node API");
+    let mut stream = api
+        .watch_egress(WatchEgressRequest {
+            node: "node-b".into(),
+        })
+        .await
+        .expect("the leader serves WatchEgress")
+        .into_inner();
+    stream.message().await.expect("a list").expect("a list");
+    drop(stream);
+    wait_for(
+        "node-b offline for egress IPs at the leader",
+        Duration::from_secs(20),
+        async || offline_at(&cs[l]) == Some(true),
+    )
+    .await;
+    bridges_match(&sbx, &mut admin).await;
+
+    // The leader hangs past its lease; another replica leads (it never saw node-b's shim, so
+    // node-b is online there), and the old leader comes back as a standby.
+    let old = &cs[l];
+    let pid = old.child.as_ref().expect("running").id();
+    send_signal(pid, "STOP");
+    let others: Vec<&Controller> = cs.iter().filter(|c| c.grpc != old.grpc).collect();
+    let new = others[leader_of(&others).await];
+    wait_for(
+        "the new leader to be master everywhere",
+        Duration::from_secs(15),
+        async || granted_master_everywhere(new).await,
+    )
+    .await;
+    let mut a = new.admin().await;
+    bridges_match(&sbx, &mut a).await;
+    assert_eq!(
+        offline_at(new),
+        Some(false),
+        "node-b offline at the new leader"
+    );
+    send_signal(pid, "CONT");
+    wait_for(
+        "the old leader to be a standby",
+        Duration::from_secs(15),
+        async || {
+            let v = ctl_controllers(old).await;
+            v.replicas.iter().any(|r| r.this && r.state == "standby") && !v.leader.is_empty()
+        },
+    )
+    .await;
+
+    // The standby's view is the leader's: node-b online, and an attach through it is answered
+    // once the switch holds the pod (as the standby computes it), not refused after 20 s.
+    wait_for(
+        "node-b online at the old leader, now a standby",
+        Duration::from_secs(15),
+        async || offline_at(old) == Some(false),
+    )
+    .await;
+    let mut s = old.admin().await;
+    let t = Instant::now();
+    s.attach_pod(pa::AttachPodRequest {
+        node: "node-b".into(),
+        namespace: "ns1".into(),
+        name: "after-deposed".into(),
+        port_name: "veth-after".into(),
+        ofport: 9,
+        ..Default::default()
+    })
+    .await
+    .expect("attach through the deposed leader, now a standby");
+    eprintln!(
+        "attach through the deposed leader: answered after {} ms",
+        t.elapsed().as_millis()
+    );
+    assert_eq!(
+        desired(&mut s, "node-b").await,
+        desired(&mut a, "node-b").await,
+        "the standby's flows for node-b differ from the leader's"
+    );
+    bridges_match(&sbx, &mut a).await;
+}

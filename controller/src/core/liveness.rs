@@ -177,6 +177,8 @@ impl Core {
         if matches!(s, crate::ha::Standing::Leader { .. }) {
             self.restart_shim_graces();
             self.persist_egress_placements();
+        } else {
+            self.forget_liveness_decisions();
         }
         if !matches!(s, crate::ha::Standing::Leader { .. })
             || self.started.elapsed() < self.cfg.liveness_grace
@@ -229,6 +231,58 @@ impl Core {
             }),
             None,
         );
+    }
+
+    /// A standby holds no egress liveness decision of its own: the nodes this replica took
+    /// offline while it led are online again in its model. That a node is offline is not
+    /// stored (only the placements it caused are, and the leader's reach every replica through
+    /// the store), and a standby's own liveness changes are refused, so a deposed leader kept
+    /// its last view for as long as it stayed a standby: its flows differed from the leader's,
+    /// and every write made through it (a shim's AttachPod, an admin change) waited its 20 s
+    /// for switches that never held them, and an attach was taken back (the chaos soak's
+    /// seed 23: a CNI ADD retried for two minutes). Local only: nothing is stored or sent.
+    fn forget_liveness_decisions(&mut self) {
+        let offline: Vec<String> = self
+            .model
+            .nodes()
+            .filter(|n| !self.model.node_online(&n.name))
+            .map(|n| n.name.clone())
+            .collect();
+        if offline.is_empty() {
+            return;
+        }
+        tracing::info!(
+            nodes = ?offline,
+            "a standby takes the leader's egress placements: nodes this replica took offline count as online here"
+        );
+        if self.resyncing {
+            // The relist under way recomputes every node's flows from the model when it ends.
+            for n in &offline {
+                self.model.set_node_online(n, true);
+            }
+            return;
+        }
+        let f: MutateFn = Box::new(move |m: &mut ClusterModel| {
+            let mut affected = Affected::none();
+            for n in &offline {
+                affected.merge(m.set_node_online(n, true));
+            }
+            if affected.is_empty() {
+                return None;
+            }
+            let finish: Finish = Box::new(|_| {});
+            Some((
+                Effects {
+                    affected,
+                    changes: Vec::new(),
+                    require_connected: None,
+                    undo: None,
+                    events: Vec::new(),
+                },
+                finish,
+            ))
+        });
+        self.mutate(f, false);
     }
 
     /// A new leader forgets what it saw of shims' streams before it led (a shim that once
