@@ -23,26 +23,35 @@ const MODS: &str = "flowmesh_flow_mods_sent_total";
 const ERRORS: &str = "flowmesh_switch_errors_total";
 
 fn start_replicas(dir: &std::path::Path, eps: &str, prefix: &str) -> Vec<Controller> {
+    start_replicas_with(dir, eps, prefix, &[])
+}
+
+/// Three replicas on `eps` under `prefix`, with `extra` options each.
+fn start_replicas_with(
+    dir: &std::path::Path,
+    eps: &str,
+    prefix: &str,
+    extra: &[&str],
+) -> Vec<Controller> {
     (1..=3)
         .map(|i| {
             let id = format!("c{i}");
-            Controller::start(
-                &dir.join(&id),
-                &[
-                    "--datastore",
-                    "etcd",
-                    "--etcd-endpoints",
-                    eps,
-                    "--etcd-prefix",
-                    prefix,
-                    "--replica-id",
-                    &id,
-                    "--etcd-election-timeout",
-                    flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
-                    "--leader-ttl",
-                    "3",
-                ],
-            )
+            let mut args = vec![
+                "--datastore",
+                "etcd",
+                "--etcd-endpoints",
+                eps,
+                "--etcd-prefix",
+                prefix,
+                "--replica-id",
+                &id,
+                "--etcd-election-timeout",
+                flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
+                "--leader-ttl",
+                "3",
+            ];
+            args.extend_from_slice(extra);
+            Controller::start(&dir.join(&id), &args)
         })
         .collect()
 }
@@ -356,30 +365,7 @@ async fn shims_watch_the_leader_and_a_new_leader_keeps_their_egress_ips() {
     let cluster = EtcdCluster::start(3).expect("etcd cluster");
     let eps = cluster.endpoints();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cs: Vec<Controller> = (1..=3)
-        .map(|i| {
-            let id = format!("c{i}");
-            Controller::start(
-                &dir.path().join(&id),
-                &[
-                    "--datastore",
-                    "etcd",
-                    "--etcd-endpoints",
-                    &eps,
-                    "--etcd-prefix",
-                    "/egress-watch/",
-                    "--replica-id",
-                    &id,
-                    "--etcd-election-timeout",
-                    flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
-                    "--leader-ttl",
-                    "3",
-                    "--shim-grace",
-                    "1",
-                ],
-            )
-        })
-        .collect();
+    let mut cs = start_replicas_with(dir.path(), &eps, "/egress-watch/", &["--shim-grace", "1"]);
     let t0 = Instant::now();
     let _sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
     let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
@@ -480,30 +466,7 @@ async fn a_deposed_leader_drops_its_liveness_view_and_serves_attaches_as_a_stand
     let cluster = EtcdCluster::start(3).expect("etcd cluster");
     let eps = cluster.endpoints();
     let dir = tempfile::tempdir().expect("tempdir");
-    let cs: Vec<Controller> = (1..=3)
-        .map(|i| {
-            let id = format!("c{i}");
-            Controller::start(
-                &dir.path().join(&id),
-                &[
-                    "--datastore",
-                    "etcd",
-                    "--etcd-endpoints",
-                    &eps,
-                    "--etcd-prefix",
-                    "/deposed-view/",
-                    "--replica-id",
-                    &id,
-                    "--etcd-election-timeout",
-                    flowmesh_tests::etcd::ELECTION_TIMEOUT_MS,
-                    "--leader-ttl",
-                    "3",
-                    "--shim-grace",
-                    "1",
-                ],
-            )
-        })
-        .collect();
+    let cs = start_replicas_with(dir.path(), &eps, "/deposed-view/", &["--shim-grace", "1"]);
     let sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
     let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
     let mut admin = cs[l].admin().await;
