@@ -41,10 +41,12 @@ pub(super) fn revisions(r: &SharedRevisions) -> std::sync::MutexGuard<'_, Revisi
     r.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The store writer: group-commits every job queued while the previous commit ran, so
-/// durability costs one sync per batch rather than per change, and runs beside the switch
-/// programming instead of before it.
-pub(super) async fn store_writer(
+/// The store writer, a thread of its own: group-commits every job queued while the previous
+/// commit ran, so durability costs one sync per batch rather than per change, and runs beside
+/// the switch programming instead of before it. The backend's calls block (a file sync, a
+/// request to etcd): on a thread of its own the writer waits for them without a hop to a
+/// blocking pool and back per commit.
+pub(super) fn store_writer(
     store: Arc<dyn StateBackend>,
     mut rx: mpsc::UnboundedReceiver<WriterCmd>,
     core: mpsc::UnboundedSender<CoreCmd>,
@@ -52,7 +54,7 @@ pub(super) async fn store_writer(
     watched: bool,
     metrics: Arc<Metrics>,
 ) {
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = rx.blocking_recv() {
         let mut jobs = Vec::new();
         let mut next = Some(first);
         while let Some(cmd) = next.take().or_else(|| rx.try_recv().ok()) {
@@ -78,7 +80,7 @@ pub(super) async fn store_writer(
             jobs.into_iter().partition(|j| j.leader_only);
         for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
             if !group.is_empty() {
-                write_group(&store, group, leader_only, &core, &revs, watched, &metrics).await;
+                write_group(&store, group, leader_only, &core, &revs, watched, &metrics);
             }
         }
     }
@@ -86,7 +88,7 @@ pub(super) async fn store_writer(
 
 /// One durable transaction of `changes`, each guarded by the revision the model last saw of
 /// its key (taken now: a retry alone sees what the writes before it committed).
-async fn commit(
+fn commit(
     store: &Arc<dyn StateBackend>,
     changes: &[Change],
     leader_only: bool,
@@ -103,17 +105,25 @@ async fn commit(
             })
             .collect()
     };
-    let st = store.clone();
     let t = std::time::Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
+    // A panic in the backend fails this write, not the writer.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if leader_only {
-            st.apply_guarded_leader(&guarded)
+            store.apply_guarded_leader(&guarded)
         } else {
-            st.apply_guarded(&guarded)
+            store.apply_guarded(&guarded)
         }
-    })
-    .await
-    .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
+    }))
+    .unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(StoreError::Transaction(format!(
+            "the store backend failed: {why}"
+        )))
+    });
     metrics.phase_store.observe(t.elapsed());
     tracing::debug!(
         changes = changes.len(),
@@ -162,7 +172,7 @@ fn api_error(e: StoreError, watched: bool) -> ApiError {
 /// With a shared store, once one job failed alone the model holds a change the store does not:
 /// the jobs after it were built on that model and are refused like every write queued before
 /// the relist (`fail_draining`).
-pub(super) async fn write_group(
+pub(super) fn write_group(
     store: &Arc<dyn StateBackend>,
     jobs: Vec<WriteJob>,
     leader_only: bool,
@@ -175,7 +185,7 @@ pub(super) async fn write_group(
         .iter()
         .flat_map(|j| j.changes.iter().cloned())
         .collect();
-    let result = commit(store, &changes, leader_only, revs, metrics).await;
+    let result = commit(store, &changes, leader_only, revs, metrics);
     let failure = match result {
         Err(e) if jobs.len() > 1 && worth_alone(&e) => {
             metrics.store_group_fallbacks.inc();
@@ -190,7 +200,7 @@ pub(super) async fn write_group(
                     fail_draining(revs, vec![j]);
                     continue;
                 }
-                let r = commit(store, &j.changes, leader_only, revs, metrics).await;
+                let r = commit(store, &j.changes, leader_only, revs, metrics);
                 let (r, f) = answer(r, &j.changes, 1, core, revs, watched, metrics);
                 if let Some(f) = f {
                     failure.get_or_insert(f);
