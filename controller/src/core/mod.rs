@@ -297,9 +297,15 @@ impl Core {
                 relist.is_some(),
                 metrics.clone(),
             );
+            // The backends' blocking calls may use the runtime (timers, their clients), as
+            // they did from the blocking pool: the thread runs inside its context.
+            let rt = tokio::runtime::Handle::current();
             std::thread::Builder::new()
                 .name("flowmesh-store".into())
-                .spawn(move || store_writer(store, writer_rx, core_tx, revs, watched, metrics))
+                .spawn(move || {
+                    let _rt = rt.enter();
+                    store_writer(store, writer_rx, core_tx, revs, watched, metrics)
+                })
                 .map_err(|e| ApiError::Internal(format!("starting the store writer: {e}")))?;
         }
         let dispatch = relist.as_ref().map(|_| {
