@@ -85,6 +85,8 @@ pub struct EtcdCluster {
     small: Option<SmallMember>,
     /// Whether the small member's tmpfs is mounted.
     mounted: bool,
+    /// More flags for every member (e.g. `--max-txn-ops`).
+    flags: Vec<String>,
 }
 
 impl EtcdCluster {
@@ -106,6 +108,21 @@ impl EtcdCluster {
         netns: Option<&str>,
         small: Option<SmallMember>,
     ) -> Result<Self, String> {
+        Self::start_full(n, netns, small, &[])
+    }
+
+    /// [`EtcdCluster::start`] with more flags for every member, e.g. its limits
+    /// (`--max-txn-ops`, `--max-request-bytes`).
+    pub fn start_with_flags(n: usize, flags: &[&str]) -> Result<Self, String> {
+        Self::start_full(n, None, None, flags)
+    }
+
+    fn start_full(
+        n: usize,
+        netns: Option<&str>,
+        small: Option<SmallMember>,
+        flags: &[&str],
+    ) -> Result<Self, String> {
         if small.is_some_and(|s| s.member >= n) {
             return Err(format!(
                 "no etcd member {:?} of {n}",
@@ -124,7 +141,7 @@ impl EtcdCluster {
         // again on fresh ports.
         let mut attempt = 1;
         loop {
-            match Self::start_once(n, netns, small) {
+            match Self::start_once(n, netns, small, flags) {
                 Ok(c) => return Ok(c),
                 Err((e, true)) if attempt < 3 => {
                     eprintln!("etcd: a port was taken before etcd bound it, again: {e}");
@@ -141,6 +158,7 @@ impl EtcdCluster {
         n: usize,
         netns: Option<&str>,
         small: Option<SmallMember>,
+        flags: &[&str],
     ) -> Result<Self, (String, bool)> {
         let run = RunDir::create().map_err(|e| (e.to_string(), false))?;
         let mut members = Vec::new();
@@ -169,6 +187,7 @@ impl EtcdCluster {
             netns: netns.map(str::to_string),
             small,
             mounted: false,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
         };
         let started = c
             .mount_small()
@@ -287,6 +306,7 @@ impl EtcdCluster {
             cmd.arg("--quota-backend-bytes")
                 .arg(s.quota_bytes.to_string());
         }
+        cmd.args(&self.flags);
         cmd.stdout(Stdio::from(log)).stderr(Stdio::from(err));
         let p = TrackedProcess::spawn(format!("etcd {}", m.name), &mut cmd)
             .map_err(|e| e.to_string())?;

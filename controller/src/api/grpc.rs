@@ -277,7 +277,7 @@ impl Admin for AdminService {
             .map(|p| (p.name.clone(), p.protocol.clone(), p.container_port))
             .collect();
         let meta = netpol::pod_meta(r.labels, &ports).map_err(ApiError::Invalid)?;
-        let p = policy_ops::attach_pod_with(
+        let out = policy_ops::attach_pod_then(
             &self.core,
             ops::PodRequest {
                 node: r.node,
@@ -287,9 +287,9 @@ impl Admin for AdminService {
                 ofport: r.ofport,
             },
             meta,
+            pod,
         )
         .await?;
-        let out = self.core.read(move |c| pod(&c.model, &p)).await?;
         Ok(Response::new(out))
     }
 
@@ -799,7 +799,7 @@ impl NodeApi for NodeService {
             .map(|p| (p.name.clone(), p.protocol.clone(), p.container_port))
             .collect();
         let meta = netpol::pod_meta(r.labels, &ports).map_err(ApiError::Invalid)?;
-        let p = policy_ops::attach_pod_with(
+        let (node, cfg, netid, p) = policy_ops::attach_pod_then(
             &self.core,
             ops::PodRequest {
                 node: r.node,
@@ -809,18 +809,14 @@ impl NodeApi for NodeService {
                 ofport: r.ofport,
             },
             meta,
+            |m, p| {
+                let node = m.node(&p.node).cloned();
+                let cfg = m.config().clone();
+                let netid = m.effective_netid(&p.key.namespace);
+                (node, cfg, netid, p.clone())
+            },
         )
         .await?;
-        let out = self
-            .core
-            .read(move |c| {
-                let node = c.model.node(&p.node).cloned();
-                let cfg = c.model.config().clone();
-                let netid = c.model.effective_netid(&p.key.namespace);
-                (node, cfg, netid, p)
-            })
-            .await?;
-        let (node, cfg, netid, p) = out;
         let node =
             node.ok_or_else(|| ApiError::NotFound(format!("node {:?} not found", p.node)))?;
         let gw = node.gateway().to_string();

@@ -198,6 +198,9 @@ pub struct CoreHandle {
     events: broadcast::Sender<Event>,
     /// Controller-wide metrics.
     pub metrics: Arc<Metrics>,
+    /// Whether the store is shared and watched (fixed for the core's life): objects may then
+    /// appear in the model that no call to this replica made.
+    watched: bool,
 }
 
 /// Move a switch from one reconciler to another without both writing to it at once: the old
@@ -286,14 +289,25 @@ impl Core {
             }
             None => None,
         };
-        tokio::spawn(store_writer(
-            store.clone(),
-            writer_rx,
-            tx.clone(),
-            revs.clone(),
-            relist.is_some(),
-            metrics.clone(),
-        ));
+        {
+            let (store, core_tx, revs, watched, metrics) = (
+                store.clone(),
+                tx.clone(),
+                revs.clone(),
+                relist.is_some(),
+                metrics.clone(),
+            );
+            // The backends' blocking calls may use the runtime (timers, their clients), as
+            // they did from the blocking pool: the thread runs inside its context.
+            let rt = tokio::runtime::Handle::current();
+            std::thread::Builder::new()
+                .name("flowmesh-store".into())
+                .spawn(move || {
+                    let _rt = rt.enter();
+                    store_writer(store, writer_rx, core_tx, revs, watched, metrics)
+                })
+                .map_err(|e| ApiError::Internal(format!("starting the store writer: {e}")))?;
+        }
         let dispatch = relist.as_ref().map(|_| {
             let (dtx, drx) = mpsc::unbounded_channel();
             tokio::spawn(dispatcher(drx));
@@ -373,11 +387,13 @@ impl Core {
                 }
             }
         });
+        let watched = core.store_is_watched();
         tokio::spawn(core.run(rx));
         Ok(CoreHandle {
             tx,
             events,
             metrics,
+            watched,
         })
     }
 
@@ -868,6 +884,7 @@ impl Core {
             tx: self.me.upgrade()?,
             events: self.events.clone(),
             metrics: self.metrics.clone(),
+            watched: self.store_is_watched(),
         })
     }
 
@@ -1030,6 +1047,12 @@ impl Core {
 }
 
 impl CoreHandle {
+    /// Whether the store is shared and watched (etcd, Kubernetes), as
+    /// [`Core::store_is_watched`] says, without a call to the core.
+    pub fn store_is_watched(&self) -> bool {
+        self.watched
+    }
+
     /// Run a mutation: `f` changes the model and says what it did; the call returns once the
     /// change is stored and acknowledged by the switches it touched.
     pub async fn mutate<T: Send + 'static>(

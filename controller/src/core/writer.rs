@@ -41,10 +41,12 @@ pub(super) fn revisions(r: &SharedRevisions) -> std::sync::MutexGuard<'_, Revisi
     r.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The store writer: group-commits every job queued while the previous commit ran, so
-/// durability costs one sync per batch rather than per change, and runs beside the switch
-/// programming instead of before it.
-pub(super) async fn store_writer(
+/// The store writer, a thread of its own: group-commits every job queued while the previous
+/// commit ran, so durability costs one sync per batch rather than per change, and runs beside
+/// the switch programming instead of before it. The backend's calls block (a file sync, a
+/// request to etcd): on a thread of its own the writer waits for them without a hop to a
+/// blocking pool and back per commit.
+pub(super) fn store_writer(
     store: Arc<dyn StateBackend>,
     mut rx: mpsc::UnboundedReceiver<WriterCmd>,
     core: mpsc::UnboundedSender<CoreCmd>,
@@ -52,7 +54,7 @@ pub(super) async fn store_writer(
     watched: bool,
     metrics: Arc<Metrics>,
 ) {
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = rx.blocking_recv() {
         let mut jobs = Vec::new();
         let mut next = Some(first);
         while let Some(cmd) = next.take().or_else(|| rx.try_recv().ok()) {
@@ -78,14 +80,99 @@ pub(super) async fn store_writer(
             jobs.into_iter().partition(|j| j.leader_only);
         for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
             if !group.is_empty() {
-                write_group(&store, group, leader_only, &core, &revs, watched, &metrics).await;
+                write_group(&store, group, leader_only, &core, &revs, watched, &metrics);
             }
         }
     }
 }
 
-/// Store one group of jobs in one transaction and answer them.
-pub(super) async fn write_group(
+/// One durable transaction of `changes`, each guarded by the revision the model last saw of
+/// its key (taken now: a retry alone sees what the writes before it committed).
+fn commit(
+    store: &Arc<dyn StateBackend>,
+    changes: &[Change],
+    leader_only: bool,
+    revs: &SharedRevisions,
+    metrics: &Metrics,
+) -> Result<crate::state::Revision, StoreError> {
+    let guarded: Vec<Guarded> = {
+        let r = revisions(revs);
+        changes
+            .iter()
+            .map(|c| Guarded {
+                expected: r.expected(&c.key()),
+                change: c.clone(),
+            })
+            .collect()
+    };
+    let t = std::time::Instant::now();
+    // A panic in the backend fails this write, not the writer.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if leader_only {
+            store.apply_guarded_leader(&guarded)
+        } else {
+            store.apply_guarded(&guarded)
+        }
+    }))
+    .unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(StoreError::Transaction(format!(
+            "the store backend failed: {why}"
+        )))
+    });
+    metrics.phase_store.observe(t.elapsed());
+    tracing::debug!(
+        changes = changes.len(),
+        micros = t.elapsed().as_micros() as u64,
+        ok = result.is_ok(),
+        "state stored"
+    );
+    result
+}
+
+/// Whether a failed grouped write may have failed for the content of some of its operations
+/// rather than for the store as a whole (a conflict on one key, a change or a transaction the
+/// store refuses, e.g. etcd's limits on operations or bytes per transaction): then each
+/// operation is written again alone. An unreachable store or a lost leadership fails every
+/// operation alike, and retrying each would only multiply the wait.
+fn worth_alone(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Conflict { .. } | StoreError::Refused(_) | StoreError::Transaction(_)
+    )
+}
+
+/// The API's answer to a failed write.
+fn api_error(e: StoreError, watched: bool) -> ApiError {
+    match e {
+        StoreError::NotLeader(_) => ApiError::Unavailable(format!(
+            "the change was not stored: {e}; another replica leads now: retry"
+        )),
+        StoreError::Conflict { .. } => ApiError::Aborted(format!(
+            "the change was not stored: {e}; another controller replica changed the same objects; retry"
+        )),
+        // The store is healthy and said no to this change: the caller's to fix.
+        StoreError::Refused(_) => {
+            ApiError::FailedPrecondition(format!("the change was not stored: {e}"))
+        }
+        // With a shared store a timed-out write may still commit: the message says so.
+        e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
+        e => ApiError::Unavailable(format!("the change was not stored: {e}")),
+    }
+}
+
+/// Store one group of jobs in one transaction and answer them. If the group fails for what it
+/// holds ([`worth_alone`]), each job is written again alone, in order: each gets its own
+/// result, none is acknowledged unless its own changes were stored, and nothing queued behind
+/// the group is written before them (the writer takes its next batch only after this returns).
+/// With a shared store, once one job failed alone the model holds a change the store does not:
+/// the jobs after it were built on that model and are refused like every write queued before
+/// the relist (`fail_draining`).
+pub(super) fn write_group(
     store: &Arc<dyn StateBackend>,
     jobs: Vec<WriteJob>,
     leader_only: bool,
@@ -98,83 +185,95 @@ pub(super) async fn write_group(
         .iter()
         .flat_map(|j| j.changes.iter().cloned())
         .collect();
-    let guarded: Vec<Guarded> = {
-        let r = revisions(revs);
-        changes
-            .iter()
-            .map(|c| Guarded {
-                expected: r.expected(&c.key()),
-                change: c.clone(),
-            })
-            .collect()
-    };
-    let st = store.clone();
-    let t = std::time::Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
-        if leader_only {
-            st.apply_guarded_leader(&guarded)
-        } else {
-            st.apply_guarded(&guarded)
+    let result = commit(store, &changes, leader_only, revs, metrics);
+    let failure = match result {
+        Err(e) if jobs.len() > 1 && worth_alone(&e) => {
+            metrics.store_group_fallbacks.inc();
+            tracing::warn!(
+                jobs = jobs.len(),
+                error = %e,
+                "a grouped store write failed; writing its changes one by one"
+            );
+            let mut failure = None;
+            for j in jobs {
+                if revisions(revs).draining {
+                    fail_draining(revs, vec![j]);
+                    continue;
+                }
+                let r = commit(store, &j.changes, leader_only, revs, metrics);
+                let (r, f) = answer(r, &j.changes, 1, core, revs, watched, metrics);
+                if let Some(f) = f {
+                    failure.get_or_insert(f);
+                    if watched {
+                        // The model holds a change the store refused: the writes built on it
+                        // wait for the relist (see above).
+                        revisions(revs).draining = true;
+                    }
+                }
+                let _ = j.done.send(r);
+            }
+            failure
         }
-    })
-    .await
-    .unwrap_or_else(|e| Err(StoreError::Transaction(e.to_string())));
-    metrics.phase_store.observe(t.elapsed());
-    metrics.store_jobs.inc_by(jobs.len() as u64);
-    tracing::debug!(
-        jobs = jobs.len(),
-        micros = t.elapsed().as_micros() as u64,
-        "state stored"
-    );
-    let not_leader = matches!(result, Err(StoreError::NotLeader(_)));
-    let released = revisions(revs).end(&changes, result.as_ref().ok().copied());
+        result => {
+            let n = jobs.len() as u64;
+            let (r, f) = answer(result, &changes, n, core, revs, watched, metrics);
+            for j in jobs {
+                let _ = j.done.send(r.clone());
+            }
+            f
+        }
+    };
+    let Some((r, not_leader)) = failure else {
+        return;
+    };
+    if watched {
+        // Nothing of the failed change was acknowledged; the core relists what is stored and
+        // every write queued meanwhile is refused (it was built on the same model).
+        match &r {
+            ApiError::FailedPrecondition(m) => {
+                tracing::warn!(error = %m, "the store refused a change; relisting the store")
+            }
+            e => tracing::error!(error = %e, "storing changes failed; relisting the store"),
+        }
+        revisions(revs).draining = true;
+        let down = match (&r, not_leader) {
+            (ApiError::Unavailable(m), false) => Some(m.clone()),
+            _ => None,
+        };
+        let _ = core.send(CoreCmd::Relist(down));
+    } else {
+        // Nothing of the failed change was acknowledged; the core reloads what is stored.
+        tracing::error!(error = %r, "storing changes failed; reloading state from the store");
+        let _ = core.send(CoreCmd::Reload);
+    }
+}
+
+/// Ends the writes of `changes`, the changes of `jobs` jobs (their revisions, the watched
+/// changes held back meanwhile) and says what their callers get: the answer, and on failure
+/// the error and whether it was a lost leadership.
+fn answer(
+    result: Result<crate::state::Revision, StoreError>,
+    changes: &[Change],
+    jobs: u64,
+    core: &mpsc::UnboundedSender<CoreCmd>,
+    revs: &SharedRevisions,
+    watched: bool,
+    metrics: &Metrics,
+) -> (Result<(), ApiError>, Option<(ApiError, bool)>) {
+    let released = revisions(revs).end(changes, result.as_ref().ok().copied());
     if !released.is_empty() {
         let _ = core.send(CoreCmd::Store(released_event(released)));
     }
-    let r = result.map(|_| ()).map_err(|e| match e {
-            StoreError::NotLeader(_) => ApiError::Unavailable(format!(
-                "the change was not stored: {e}; another replica leads now: retry"
-            )),
-            StoreError::Conflict { .. } => ApiError::Aborted(format!(
-                "the change was not stored: {e}; another controller replica changed the same objects; retry"
-            )),
-            // The store is healthy and said no to this change: the caller's to fix.
-            StoreError::Refused(_) => {
-                ApiError::FailedPrecondition(format!("the change was not stored: {e}"))
-            }
-            // With a shared store a timed-out write may still commit: the message says so.
-            e if watched => ApiError::Unavailable(format!("the store did not confirm the change: {e}")),
-            e => ApiError::Unavailable(format!("the change was not stored: {e}")),
-        });
-    if r.is_err() {
-        if watched {
-            // Nothing of this batch was acknowledged; the core relists what is stored and
-            // every write queued meanwhile is refused (it was built on the same model).
-            match &r {
-                Err(ApiError::FailedPrecondition(m)) => {
-                    tracing::warn!(error = %m, "the store refused a change; relisting the store")
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "storing changes failed; relisting the store")
-                }
-                Ok(()) => {}
-            }
-            revisions(revs).draining = true;
-            let down = match (&r, &not_leader) {
-                (Err(ApiError::Unavailable(m)), false) => Some(m.clone()),
-                _ => None,
-            };
-            let _ = core.send(CoreCmd::Relist(down));
-        } else {
-            // Nothing of this batch was acknowledged; the core reloads what is stored.
-            if let Err(e) = &r {
-                tracing::error!(error = %e, "storing changes failed; reloading state from the store");
-            }
-            let _ = core.send(CoreCmd::Reload);
+    match result {
+        Ok(_) => {
+            metrics.store_jobs.inc_by(jobs);
+            (Ok(()), None)
         }
-    }
-    for j in jobs {
-        let _ = j.done.send(r.clone());
+        Err(e) => {
+            let not_leader = matches!(e, StoreError::NotLeader(_));
+            let a = api_error(e, watched);
+            (Err(a.clone()), Some((a, not_leader)))
+        }
     }
 }
 

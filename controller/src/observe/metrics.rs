@@ -95,6 +95,9 @@ pub struct Metrics {
     /// Changes (one per mutation) made durable by the store writer (over `phase_store`'s
     /// count: changes per durable commit).
     pub store_jobs: Counter,
+    /// Grouped store writes that failed for what they held, whose changes were then written
+    /// one by one.
+    pub store_group_fallbacks: Counter,
     /// Core: the model change and the flows recomputed for it (one per API mutation).
     pub phase_compute: PhaseTime,
     /// Store writer: one durable commit (one per group of changes written together).
@@ -176,6 +179,11 @@ impl Metrics {
                 "flowmesh_store_jobs_total",
                 "Changes (one per mutation) made durable; over flowmesh_phase_seconds_count{phase=\"store\"}: changes per durable commit.",
                 &self.store_jobs,
+            ),
+            (
+                "flowmesh_store_group_fallbacks_total",
+                "Grouped store writes that failed for what they held (a conflict, a change or a transaction the store refused); their changes were then written one by one, each with its own result.",
+                &self.store_group_fallbacks,
             ),
         ] {
             let _ = writeln!(o, "# HELP {name} {help}");

@@ -259,7 +259,9 @@ pub async fn wait_for_namespace(
     namespace: &str,
     limit: std::time::Duration,
 ) -> Result<(), ApiError> {
-    if check_name("namespace", namespace).is_err() {
+    // Without a watched store nothing but this controller creates namespaces: no need to ask
+    // the core (a hop to its task and back, per attach).
+    if !core.store_is_watched() || check_name("namespace", namespace).is_err() {
         return Ok(());
     }
     let deadline = tokio::time::Instant::now() + limit;

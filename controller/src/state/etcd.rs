@@ -107,6 +107,24 @@ fn unavailable(cfg: &EtcdConfig, e: etcd_rpc::Error) -> StoreError {
             cfg.endpoints.join(",")
         ));
     }
+    // etcd refuses the request itself, for its shape, while healthy: more operations per
+    // transaction than its --max-txn-ops, more bytes than its --max-request-bytes. That is no
+    // outage: another, smaller change goes through.
+    if let etcd_rpc::Error::Status { code, .. } = &e {
+        let too_large = lower.contains("too large") || lower.contains("larger than max");
+        if *code == tonic::Code::InvalidArgument
+            || (*code == tonic::Code::ResourceExhausted && too_large)
+        {
+            let limit = if lower.contains("too many operations") {
+                " (more operations in one transaction than etcd's --max-txn-ops)"
+            } else if too_large {
+                " (more bytes in one request than etcd's --max-request-bytes)"
+            } else {
+                ""
+            };
+            return StoreError::Refused(format!("{text}{limit}"));
+        }
+    }
     let hint = if [
         "no leader",
         "timed out",
@@ -574,5 +592,40 @@ mod tests {
         assert!(!text.contains("no quorum"), "{text}");
         let other = unavailable(&cfg, status(tonic::Code::Unavailable, "no leader"));
         assert!(!other.to_string().contains("out of space"), "{other}");
+    }
+
+    #[test]
+    fn a_request_over_etcds_limits_is_a_refusal_not_an_outage() {
+        let cfg = EtcdConfig::new("http://127.0.0.1:2379").expect("config");
+        for (code, message, limit) in [
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+                "--max-txn-ops",
+            ),
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: request is too large",
+                "--max-request-bytes",
+            ),
+            (
+                tonic::Code::ResourceExhausted,
+                "grpc: received message larger than max (2000000 vs. 1572864)",
+                "--max-request-bytes",
+            ),
+        ] {
+            let e = unavailable(&cfg, status(code, message));
+            assert!(matches!(e, StoreError::Refused(_)), "{e:?}");
+            assert!(e.to_string().contains(limit), "{e}");
+        }
+        // Rate limiting is no refusal of the change.
+        let busy = unavailable(
+            &cfg,
+            status(
+                tonic::Code::ResourceExhausted,
+                "etcdserver: too many requests",
+            ),
+        );
+        assert!(matches!(busy, StoreError::Unavailable(_)), "{busy:?}");
     }
 }

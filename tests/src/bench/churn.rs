@@ -197,6 +197,7 @@ async fn run(o: Opts) -> Result<(), String> {
     let (per_bundle, per_commit) = grouping.since(c.metrics);
     let f = &final_run;
     let done = f.lat_ms.len().max(1) as f64;
+    let (bundles_op, mods_op, commits_op) = grouping.per_op(c.metrics, done);
     let cpu_ms_per_op = f.controller_cpu * 1e3 / done;
     let cores = f.controller_cpu / f.wall.max(1e-9);
     let ovs_cores = f.vswitchd_cpu / f.wall.max(1e-9);
@@ -208,6 +209,9 @@ async fn run(o: Opts) -> Result<(), String> {
     );
     println!(
         "grouping (final run): {per_bundle} operations per bundle, {per_commit} per durable store commit"
+    );
+    println!(
+        "per operation (final run): {bundles_op:.2} bundles, {mods_op:.2} flow/group mods, {commits_op:.2} durable store commits"
     );
     println!(
         "switches={} vswitchds={} slots={} secs={:.0} ops={} failed={} churn_p50_ms={:.3} controller_cpu_cores={cores:.2} controller_cpu_ms_per_op={cpu_ms_per_op:.3} vswitchd_cpu_cores={ovs_cores:.2} vswitchd_cpu_ms_per_op={ovs_ms_per_op:.3} ops_per_bundle={per_bundle} ops_per_store_commit={per_commit} held={held} target_ops_per_s=2000 meets_target={} churn_ops_per_s={:.0} churn_p99_ms={:.3}",
@@ -330,6 +334,7 @@ struct Grouping {
     updates: f64,
     commits: f64,
     jobs: f64,
+    mods: f64,
 }
 
 impl Grouping {
@@ -341,7 +346,19 @@ impl Grouping {
             updates: super::attach::counter(addr, "flowmesh_switch_bundle_updates_total"),
             commits: count("store"),
             jobs: super::attach::counter(addr, "flowmesh_store_jobs_total"),
+            mods: super::attach::counter(addr, "flowmesh_flow_mods_sent_total"),
         }
+    }
+
+    /// Per operation since `self`: bundles, flow and group mods, durable store commits.
+    fn per_op(&self, addr: std::net::SocketAddr, ops: f64) -> (f64, f64, f64) {
+        let now = Grouping::read(addr);
+        let ops = ops.max(1.0);
+        (
+            (now.bundles - self.bundles) / ops,
+            (now.mods - self.mods) / ops,
+            (now.commits - self.commits) / ops,
+        )
     }
 
     /// Updates per bundle and changes per store commit since `self` ("n/a" from a build

@@ -9,6 +9,7 @@ pub mod egressip;
 pub mod flows;
 pub mod hostile;
 pub mod netpol;
+pub mod opshape;
 pub mod podready;
 pub mod push;
 pub mod scale;

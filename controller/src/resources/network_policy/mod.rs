@@ -239,12 +239,27 @@ pub fn show(labels: &Labels) -> String {
 /// Attach a pod with its labels and named ports; returns once its switch acknowledged.
 pub async fn attach_pod_with(
     core: &CoreHandle,
-    mut pod: PodRequest,
+    pod: PodRequest,
     meta: PodMeta,
 ) -> Result<PodInfo, ApiError> {
+    attach_pod_then(core, pod, meta, |_, p| p.clone()).await
+}
+
+/// [`attach_pod_with`], answering with `view` of the model right after the attach, taken in
+/// the same turn of the core (an answer that needs more of the model than the pod costs no
+/// second call to the core).
+pub async fn attach_pod_then<T: Send + 'static>(
+    core: &CoreHandle,
+    mut pod: PodRequest,
+    meta: PodMeta,
+    view: impl FnOnce(&ClusterModel, &PodInfo) -> T + Send + 'static,
+) -> Result<T, ApiError> {
     ops::resolve_pod_ofport(core, &mut pod).await?;
-    core.mutate(move |m| attach_pod_with_in(m, &pod, meta))
-        .await
+    core.mutate(move |m| {
+        let (info, fx) = attach_pod_with_in(m, &pod, meta)?;
+        Ok((view(m, &info), fx))
+    })
+    .await
 }
 
 /// The model side of [`attach_pod_with`] (of [`ops::attach_pod_in`] with metadata).
