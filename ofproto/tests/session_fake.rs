@@ -34,6 +34,8 @@ const FAST: FakeSwitch = FakeSwitch {
     silent_on_flow_stats: false,
     read_delay: Duration::ZERO,
     read_chunk: 64 * 1024,
+    flows: 0,
+    flows_per_part: 100,
 };
 
 #[tokio::test]
@@ -116,4 +118,59 @@ async fn a_stalled_switch_does_not_delay_another() {
     );
     assert!(!pending.is_finished(), "the stalled switch is still busy");
     pending.abort();
+}
+
+/// A flow-stats reply of 20,000 flows streamed to a consumer that folds slowly: the session
+/// stops reading while the consumer's queue is full, so at most the queued parts and the one
+/// being folded are decoded at once, never the table.
+#[tokio::test]
+async fn a_streamed_flow_read_holds_a_few_parts_not_the_table() {
+    let (n, per) = (20_000u32, 100u32);
+    let script = FakeSwitch {
+        flows: n,
+        flows_per_part: per,
+        ..FAST
+    };
+    // A pipe that could take the whole reply at once (about 1.3 MB).
+    let (h, switch) = connect(script, SessionConfig::default(), 4 << 20).await;
+    let mut stream = h
+        .flow_stats_stream(ofproto::message::FlowStatsRequest::all())
+        .await
+        .expect("stream");
+    let (mut flows, mut parts) = (0u32, 0u32);
+    let mut next_reg = 0u32;
+    while let Some(part) = stream.next().await {
+        let part = part.expect("part");
+        for f in &part {
+            // In order, none lost or repeated.
+            assert_eq!(f.flow.matches, Match::new().reg(1, next_reg));
+            next_reg += 1;
+        }
+        flows += part.len() as u32;
+        parts += 1;
+        // A slow consumer: the session task gets every chance to run ahead.
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!((flows, parts), (n, n / per));
+    let g = stream.gauge();
+    assert_eq!(g.parts(), (n / per) as usize);
+    assert_eq!(g.largest_part(), per as usize);
+    let bound = (ofproto::session::STREAM_QUEUE_PARTS + 1) * per as usize;
+    assert!(
+        g.peak() <= bound,
+        "{} decoded flows held at once (bound {bound}, table {n})",
+        g.peak()
+    );
+    // The session is intact after the stream: a reassembled read works.
+    assert_eq!(
+        h.flow_stats(ofproto::message::FlowStatsRequest::all())
+            .await
+            .expect("whole read")
+            .len(),
+        n as usize
+    );
+    h.close().await;
+    switch.await.expect("switch task");
 }

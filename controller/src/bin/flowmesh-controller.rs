@@ -8,6 +8,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+// The global allocator: glibc's malloc unless the crate is built with `--features jemalloc`
+// (its decay settings: JEMALLOC_SYS_WITH_MALLOC_CONF in .cargo/config.toml, _RJEM_MALLOC_CONF
+// at run time) or `--features mimalloc` (MIMALLOC_* at run time); docs/operations.md.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// flowmesh-controller: computes every node's flow table and keeps every switch in sync.
 #[derive(Parser, Debug)]
 #[command(version, about)]

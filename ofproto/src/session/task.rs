@@ -8,7 +8,7 @@
 //! Commands are only taken from the handles' queue while the write side has room, so a
 //! slow switch pushes back on its callers, never on other switches (one task each).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,9 @@ use crate::message::{
 use super::encode::{encode_bundle_add, encode_message};
 use super::error::DisconnectCause;
 use super::fsm::{Failure, FsmConfig, Output, SessionFsm};
-use super::handle::{Command, ConnId, ReplyTx, SessionEvent, SessionStats, SwitchHandle};
+use super::handle::{
+    Command, ConnId, ReplyTx, SessionEvent, SessionStats, StreamPart, StreamSink, SwitchHandle,
+};
 
 /// Options of a session task.
 #[derive(Clone, Debug)]
@@ -68,6 +70,12 @@ enum Job {
     Send {
         message: Message,
     },
+    /// A multipart request whose reply parts go to `sink` as they arrive.
+    Stream {
+        message: Message,
+        sink: StreamSink,
+        reply: ReplyTx,
+    },
     Batch {
         messages: Arc<Vec<Message>>,
         reply: Option<ReplyTx>,
@@ -98,6 +106,12 @@ struct Session {
     wpos: usize,
     jobs: VecDeque<Job>,
     outputs: Vec<Output<Responder>>,
+    /// Outputs not yet carried out because a streamed part ahead of them waits for room in
+    /// its consumer's channel: while any wait, nothing more is read from the socket or
+    /// decoded, so a slow consumer pushes back on the switch (TCP) instead of piling up parts.
+    held: VecDeque<Output<Responder>>,
+    /// Where the parts of each streamed multipart reply go, by xid.
+    streams: HashMap<u32, StreamSink>,
     close: Option<DisconnectCause>,
     stats: SessionStats,
 }
@@ -148,6 +162,8 @@ where
         wpos: 0,
         jobs: VecDeque::new(),
         outputs: Vec::new(),
+        held: VecDeque::new(),
+        streams: HashMap::new(),
         close: None,
         stats: SessionStats::default(),
     };
@@ -167,9 +183,22 @@ where
             .next_deadline()
             .map(tokio::time::Instant::from_std)
             .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        // A streamed part waiting for room in its consumer's channel.
+        let stalled = s.stalled_sink();
         tokio::select! {
             biased;
-            r = reader.read(&mut rbuf) => match r {
+            permit = async {
+                match &stalled {
+                    Some(sink) => sink.tx.clone().reserve_owned().await.ok(),
+                    None => std::future::pending().await,
+                }
+            }, if stalled.is_some() => {
+                s.resume(permit);
+                if s.held.is_empty() {
+                    s.on_bytes(&mut framer);
+                }
+            },
+            r = reader.read(&mut rbuf), if s.held.is_empty() => match r {
                 Ok(0) => s.close_with(DisconnectCause::PeerClosed),
                 Ok(n) => {
                     framer.push(rbuf.get(..n).unwrap_or_default());
@@ -252,8 +281,36 @@ impl Session {
     fn close_with(&mut self, cause: DisconnectCause) {
         if !self.fsm.is_closed() {
             self.fsm.close(cause, &mut self.outputs);
+            // Nothing more will be read: a part still waiting for its consumer is dropped
+            // (its request fails with the cause).
+            self.streams.clear();
             self.apply_outputs();
         }
+    }
+
+    /// The sink of the streamed part at the head of [`Session::held`], if one waits.
+    fn stalled_sink(&self) -> Option<StreamSink> {
+        match self.held.front() {
+            Some(Output::Part { xid, .. }) => self.streams.get(xid).cloned(),
+            _ => None,
+        }
+    }
+
+    /// The consumer of the waiting part has room (`Some`) or is gone (`None`): hand the part
+    /// over, then carry out what waited behind it.
+    fn resume(&mut self, permit: Option<mpsc::OwnedPermit<StreamPart>>) {
+        if let Some(Output::Part { xid, body }) = self.held.pop_front() {
+            match (permit, self.streams.get(&xid)) {
+                (Some(permit), Some(sink)) => {
+                    sink.note_sent(&body);
+                    permit.send(StreamPart(body));
+                }
+                _ => {
+                    self.streams.remove(&xid);
+                }
+            }
+        }
+        self.apply_outputs();
     }
 
     fn dpid(&self) -> Option<u64> {
@@ -277,8 +334,14 @@ impl Session {
                     return;
                 }
             }
-            if self.outputs.len() > 64 {
+            let part = matches!(self.outputs.last(), Some(Output::Part { .. }));
+            if part || self.outputs.len() > 64 {
                 self.apply_outputs();
+            }
+            if !self.held.is_empty() {
+                // A streamed part waits for its consumer: decode no further until it is taken
+                // (the rest stays in the framer, and the socket is not read meanwhile).
+                return;
             }
         }
         self.apply_outputs();
@@ -317,6 +380,15 @@ impl Session {
                 self.jobs.push_back(Job::Request { message, reply })
             }
             Command::Send { message } => self.jobs.push_back(Job::Send { message }),
+            Command::Stream {
+                message,
+                sink,
+                reply,
+            } => self.jobs.push_back(Job::Stream {
+                message,
+                sink,
+                reply,
+            }),
             Command::Batch { messages, reply } => self.jobs.push_back(Job::Batch {
                 messages,
                 reply: Some(reply),
@@ -360,9 +432,14 @@ impl Session {
             }
             let high = self.cfg.write_high_water;
             let done = match job {
-                Job::Request { .. } | Job::Send { .. } => {
+                Job::Request { .. } | Job::Send { .. } | Job::Stream { .. } => {
                     match self.jobs.pop_front() {
                         Some(Job::Request { message, reply }) => self.write_request(message, reply),
+                        Some(Job::Stream {
+                            message,
+                            sink,
+                            reply,
+                        }) => self.write_stream(message, sink, reply),
                         Some(Job::Send { message }) => {
                             let xid = self.fsm.alloc_xid();
                             if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
@@ -517,11 +594,56 @@ impl Session {
         }
     }
 
-    /// Carry out what the state machine asked for.
+    fn write_stream(&mut self, message: Message, sink: StreamSink, reply: ReplyTx) {
+        let responder = Responder {
+            reply,
+            fallback: None,
+        };
+        match self.fsm.begin_stream(&message, responder) {
+            Ok(xid) => {
+                self.streams.insert(xid, sink);
+                if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
+                    self.refuse_locally(vec![(xid, e)]);
+                }
+            }
+            Err(r) => {
+                let _ = r.reply.send(Err(Failure::Unexpected(format!(
+                    "message type {} is not a multipart request",
+                    message.msg_type()
+                ))));
+            }
+        }
+    }
+
+    /// Carry out what the state machine asked for, in order; stops at a streamed part whose
+    /// consumer has no room (see [`Session::held`]).
     fn apply_outputs(&mut self) {
-        let outputs = std::mem::take(&mut self.outputs);
-        for o in outputs {
+        if self.fsm.is_closed() {
+            // Nothing more will be read: no part may hold back the outputs of the close.
+            self.streams.clear();
+        }
+        self.held.extend(self.outputs.drain(..));
+        while let Some(o) = self.held.pop_front() {
             match o {
+                Output::Part { xid, body } => {
+                    let Some(sink) = self.streams.get(&xid) else {
+                        continue; // its consumer is gone
+                    };
+                    let n = StreamPart::entries_of(&body);
+                    match sink.tx.try_send(StreamPart(body)) {
+                        Ok(()) => sink.note_entries(n),
+                        Err(mpsc::error::TrySendError::Full(StreamPart(body))) => {
+                            self.held.push_front(Output::Part { xid, body });
+                            return;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            self.streams.remove(&xid);
+                        }
+                    }
+                }
+                Output::StreamEnd { xid } => {
+                    self.streams.remove(&xid);
+                }
                 Output::Send { xid, message } => {
                     if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
                         warn!(conn = self.conn, "not sent: {e}");
@@ -619,7 +741,7 @@ impl Session {
         // Requests still queued (never written) fail too.
         for job in self.jobs.drain(..) {
             let reply = match job {
-                Job::Request { reply, .. } => Some(reply),
+                Job::Request { reply, .. } | Job::Stream { reply, .. } => Some(reply),
                 Job::Batch { reply, .. } | Job::Bundle { reply, .. } => reply,
                 Job::Send { .. } => None,
             };
@@ -627,6 +749,8 @@ impl Session {
                 let _ = r.send(Err(Failure::Closed(cause.clone())));
             }
         }
+        self.streams.clear();
+        self.held.clear();
         let _ = self.closed_tx.send(Some(cause.clone()));
         debug!(conn = self.conn, dpid = ?self.dpid(), "session ended: {cause}");
         self.emit(SessionEvent::Disconnected {
