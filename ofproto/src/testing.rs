@@ -131,7 +131,7 @@ impl FakeSwitch {
     /// Its flow table as flow statistics reply parts (the last without OFPMPF_REPLY_MORE).
     fn flow_table(&self, xid: u32, out: &mut Vec<u8>) {
         let per = self.flows_per_part.max(1);
-        let mut next = 0;
+        let mut next: u32 = 0;
         loop {
             let end = next.saturating_add(per).min(self.flows);
             let part = (next..end)
@@ -145,7 +145,7 @@ impl FakeSwitch {
                 .collect();
             let mut reply = MultipartReply::new(MultipartReplyBody::Flow(part));
             if end < self.flows {
-                reply.flags = crate::message::MULTIPART_MORE;
+                reply.flags = 1; // OFPMPF_REPLY_MORE
             }
             Message::MultipartReply(reply).encode_into(xid, out);
             if end >= self.flows {

@@ -85,6 +85,28 @@ async fn memory_stays_bounded_towards_a_slow_switch() {
     assert_eq!(switch.await.expect("switch task"), n as usize);
 }
 
+/// A session keeps a small write buffer once a large batch is written: a thousand idle
+/// sessions after a connect storm do not each hold a bundle's worth of buffer.
+#[tokio::test]
+async fn the_write_buffer_shrinks_back_after_a_large_batch() {
+    let (h, switch) = connect(FAST, SessionConfig::default(), 1 << 16).await;
+    h.send_batch(flow_mods(20_000)).await.expect("batch");
+    let grown = h.stats().await.expect("stats");
+    assert!(
+        grown.max_buffered > 1 << 20,
+        "the batch was buffered in bulk ({} bytes)",
+        grown.max_buffered
+    );
+    // Written out (its barrier answered): the buffer is back to its idle size.
+    assert!(
+        grown.buffer_capacity <= 256 * 1024,
+        "an idle session keeps {} bytes of write buffer",
+        grown.buffer_capacity
+    );
+    h.close().await;
+    assert_eq!(switch.await.expect("switch task"), 20_000);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_switch_does_not_delay_another() {
     // This one reads 1 KiB every 50 ms: a large batch to it takes minutes.

@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-// The global allocator: glibc's malloc unless the crate is built with `--features jemalloc`
-// (its decay settings: JEMALLOC_SYS_WITH_MALLOC_CONF in .cargo/config.toml, _RJEM_MALLOC_CONF
-// at run time) or `--features mimalloc` (MIMALLOC_* at run time); docs/operations.md.
+// The global allocator: jemalloc (the default feature; its decay settings:
+// JEMALLOC_SYS_WITH_MALLOC_CONF in .cargo/config.toml, _RJEM_MALLOC_CONF at run time), mimalloc
+// (`--no-default-features --features mimalloc`; MIMALLOC_* at run time) or glibc's malloc
+// (`--no-default-features`); docs/operations.md, "Memory and the allocator".
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -1,5 +1,5 @@
-//! Which memory allocator the controller was built with (`jemalloc` or `mimalloc` features of
-//! the controller crate; glibc's malloc without them), and what it holds when it can say:
+//! Which memory allocator the controller was built with (the `jemalloc` feature, the default,
+//! or `mimalloc`; glibc's malloc without either), and what it holds when it can say:
 //! jemalloc's statistics (`tikv-jemalloc-ctl`, a safe interface) as metrics.
 
 /// The allocator this build uses as the global allocator of `flowmesh-controller`.

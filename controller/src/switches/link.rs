@@ -3,9 +3,9 @@
 //! which Open vSwitch cannot bundle, just before and after it).
 
 use ofproto::{Flow, FlowMod, Group, GroupMod, Meter, MeterFeatures, MeterMod};
-use topology::pipeline::{FlowDiff, FlowSet};
 use std::future::Future;
 use std::pin::Pin;
+use topology::pipeline::{FlowDiff, FlowSet};
 
 /// A boxed future, so links can be used as trait objects.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

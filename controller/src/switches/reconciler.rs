@@ -637,7 +637,9 @@ impl Reconciler {
                 // The read is folded into the diff as it arrives (the switch's time, mostly):
                 // the switch's table is never held whole.
                 let (diff, read) = link.read_diff(&target).await?;
-                self.metrics.read_held_flows.set_max(read.held_at_once as u64);
+                self.metrics
+                    .read_held_flows
+                    .set_max(read.held_at_once as u64);
                 t_diff = Instant::now();
                 if diff.is_empty() {
                     // It holds exactly the target.

@@ -383,7 +383,9 @@ impl<R> SessionFsm<R> {
     /// get [`Failure::Unexpected`].
     pub fn begin_stream(&mut self, message: &Message, responder: R) -> Result<u32, R> {
         match message {
-            Message::MultipartRequest(_) => Ok(self.insert(1, Kind::MultipartStream, Some(responder))),
+            Message::MultipartRequest(_) => {
+                Ok(self.insert(1, Kind::MultipartStream, Some(responder)))
+            }
             _ => Err(responder),
         }
     }
@@ -758,9 +760,7 @@ impl<R> SessionFsm<R> {
             | Kind::MultipartStream
             | Kind::Role
             | Kind::BundleControl
-            | Kind::Echo => {
-                self.complete(base, Err(Failure::Refused(e)), out)
-            }
+            | Kind::Echo => self.complete(base, Err(Failure::Refused(e)), out),
             Kind::Batch { n, refused } => {
                 if offset < *n {
                     refused.push((offset as usize, e));

@@ -138,6 +138,9 @@ pub struct SessionStats {
     pub max_buffered: usize,
     /// Messages encoded for batches and bundles.
     pub bulk_messages: u64,
+    /// Bytes the write buffer has allocated now (it shrinks back once a large batch or
+    /// bundle is written).
+    pub buffer_capacity: usize,
 }
 
 /// How many parts of a streamed reply may wait in the channel between the session task and
@@ -178,8 +181,7 @@ impl StreamGauge {
         self.largest_part.fetch_max(n, Relaxed);
     }
     fn release(&self, n: usize) {
-        self.held
-            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+        self.held.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
     }
     /// The most decoded entries held at once so far.
     pub fn peak(&self) -> usize {
@@ -247,7 +249,12 @@ impl FlowStatsStream {
             }
             None => {
                 let done = self.done.take()?;
-                let gone = || self.closed.borrow().clone().unwrap_or(DisconnectCause::LocalClose);
+                let gone = || {
+                    self.closed
+                        .borrow()
+                        .clone()
+                        .unwrap_or(DisconnectCause::LocalClose)
+                };
                 match done.await {
                     Ok(Ok(_)) => None,
                     Ok(Err(Failure::Refused(error))) => Some(Err(RequestError::Refused {
@@ -420,9 +427,8 @@ impl SwitchHandle {
         let (tx, parts) = mpsc::channel(STREAM_QUEUE_PARTS);
         let (reply, done) = oneshot::channel();
         let gauge = Arc::new(StreamGauge::default());
-        let message = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(
-            req,
-        )));
+        let message =
+            Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(req)));
         let request = message.clone();
         self.command(Command::Stream {
             message,

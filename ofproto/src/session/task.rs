@@ -53,6 +53,9 @@ impl Default for SessionConfig {
     }
 }
 
+/// Write buffer a session keeps while idle (it grows while a batch or bundle is written).
+const WBUF_KEEP: usize = 64 * 1024;
+
 /// Whoever waits for a request; a bundle keeps its messages to fall back to a batch.
 #[derive(Debug)]
 struct Responder {
@@ -158,7 +161,7 @@ where
         cmd_tx,
         probe_tx,
         closed_tx,
-        wbuf: Vec::with_capacity(64 * 1024),
+        wbuf: Vec::with_capacity(WBUF_KEEP),
         wpos: 0,
         jobs: VecDeque::new(),
         outputs: Vec::new(),
@@ -169,7 +172,8 @@ where
     };
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut framer = Framer::new();
-    let mut rbuf = vec![0u8; 256 * 1024];
+    // One OpenFlow message is at most 64 KiB: a read of that size takes a whole one.
+    let mut rbuf = vec![0u8; 64 * 1024];
     let mut needs_flush = false;
     s.fsm.start(&mut s.outputs);
     s.apply_outputs();
@@ -221,6 +225,12 @@ where
                     if s.wpos == s.wbuf.len() {
                         s.wbuf.clear();
                         s.wpos = 0;
+                        // A large bundle grew the buffer to megabytes; an idle session keeps
+                        // only a small one (1,000 sessions otherwise hold a bundle's worth
+                        // each long after a connect storm).
+                        if s.wbuf.capacity() > 4 * WBUF_KEEP {
+                            s.wbuf.shrink_to(WBUF_KEEP);
+                        }
                     }
                 }
                 Err(e) => s.close_with(DisconnectCause::Io(e.to_string())),
@@ -410,7 +420,10 @@ impl Session {
                 let _ = reply.send(self.fsm.ports().clone());
             }
             Command::Stats { reply } => {
-                let _ = reply.send(self.stats);
+                let _ = reply.send(SessionStats {
+                    buffer_capacity: self.wbuf.capacity(),
+                    ..self.stats
+                });
             }
             Command::Close => self.close_with(DisconnectCause::LocalClose),
         }

@@ -999,9 +999,10 @@ async fn measure(
     // storm), against the live state (what the allocator says the program holds: jemalloc's
     // stats.allocated; other allocators report none).
     let after = settle_rss(ctl_pid).await;
+    let storm_hwm = status_mib(ctl_pid, "VmHWM:").unwrap_or(0.0);
     let live = allocator_stats(ctl.metrics);
     println!(
-        "after the storm: controller RSS {:.0} MiB when all were synced, {:.0} MiB settled after {:.1} s (min {:.0} MiB); allocator {}; live state {}; load {}",
+        "after the storm: controller RSS {:.0} MiB when all were synced, {:.0} MiB settled after {:.1} s (min {:.0} MiB; peak since its start {storm_hwm:.0} MiB); allocator {}; live state {}; load {}",
         after.at_synced,
         after.settled,
         after.settle_secs,
@@ -1065,7 +1066,7 @@ async fn measure(
     drop(admin);
     drop(ctl);
     println!(
-        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} verify_storm_secs={verify_secs:.2} verify_flow_mods={verify_mods:.0} verify_full_reads={verify_reads:.0} verify_ctl_cpu_secs={:.2} allocator={} rss_after_storm_mib={:.0} rss_at_storm_synced_mib={:.0} rss_settle_secs={:.1} live_mib={} rss_over_live={} load={}",
+        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} verify_storm_secs={verify_secs:.2} verify_flow_mods={verify_mods:.0} verify_full_reads={verify_reads:.0} verify_ctl_cpu_secs={:.2} allocator={} rss_after_storm_mib={:.0} rss_storm_peak_mib={storm_hwm:.0} rss_at_storm_synced_mib={:.0} rss_settle_secs={:.1} live_mib={} rss_over_live={} load={}",
         n * s.pods_per_node,
         cpu_connect.controller * 1e3 / f64::from(n),
         cpu_connect.controller,
