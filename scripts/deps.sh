@@ -9,8 +9,9 @@ set -euo pipefail
 # No protoc: the workspace compiles its .proto files with protox (tests/tests/build_without_protoc.rs).
 # etcd-server + etcd-client (etcdctl): the etcd datastore tests run a real 3-member cluster; arping: the shim's
 # gratuitous ARP for egress IPs; containernetworking-plugins + iptables: portmap and bandwidth chained after flowmesh-cni;
-# faketime (libfaketime): the chaos soak's --clock-steps steps one replica's clock, never the machine's.
-pkgs=(openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
+# faketime (libfaketime): the chaos soak's --clock-steps steps one replica's clock, never the machine's;
+# make: the controller's allocator, jemalloc, is built from source (tikv-jemalloc-sys).
+pkgs=(make openvswitch-switch openvswitch-common iproute2 iputils-ping arping ethtool nftables procps python3-grpcio
     etcd-server etcd-client containernetworking-plugins iptables faketime)
 if (($#)); then
     pkgs=("$@")

@@ -26,6 +26,12 @@ pub struct FakeSwitch {
     pub read_delay: Duration,
     /// Bytes per read.
     pub read_chunk: usize,
+    /// The flow table it reports to a flow statistics request: this many flows (table 10,
+    /// priority 100, reg1 = 0, 1, ...), in reply parts of `flows_per_part` (at least 1),
+    /// all written at once.
+    pub flows: u32,
+    /// Flows per reply part of a flow statistics reply.
+    pub flows_per_part: u32,
 }
 
 impl Default for FakeSwitch {
@@ -36,6 +42,8 @@ impl Default for FakeSwitch {
             silent_on_flow_stats: false,
             read_delay: Duration::ZERO,
             read_chunk: 64 * 1024,
+            flows: 0,
+            flows_per_part: 100,
         }
     }
 }
@@ -76,6 +84,10 @@ impl FakeSwitch {
                         reserved: 0,
                     })),
                     msg_type::MULTIPART_REQUEST if flow_stats && self.silent_on_flow_stats => None,
+                    msg_type::MULTIPART_REQUEST if flow_stats => {
+                        self.flow_table(xid, &mut out);
+                        None
+                    }
                     msg_type::MULTIPART_REQUEST if meters => Some(Message::Error(ErrorMsg {
                         kind: ErrorKind::BadRequest(BadRequestCode::BadMultipart),
                         data: frame
@@ -113,6 +125,33 @@ impl FakeSwitch {
             if !self.read_delay.is_zero() {
                 tokio::time::sleep(self.read_delay).await;
             }
+        }
+    }
+
+    /// Its flow table as flow statistics reply parts (the last without OFPMPF_REPLY_MORE).
+    fn flow_table(&self, xid: u32, out: &mut Vec<u8>) {
+        let per = self.flows_per_part.max(1);
+        let mut next: u32 = 0;
+        loop {
+            let end = next.saturating_add(per).min(self.flows);
+            let part = (next..end)
+                .map(|i| crate::message::FlowStats {
+                    flow: crate::Flow::new(10, 100, crate::Match::new().reg(1, i)),
+                    duration_sec: 0,
+                    duration_nsec: 0,
+                    packet_count: 0,
+                    byte_count: 0,
+                })
+                .collect();
+            let mut reply = MultipartReply::new(MultipartReplyBody::Flow(part));
+            if end < self.flows {
+                reply.flags = 1; // OFPMPF_REPLY_MORE
+            }
+            Message::MultipartReply(reply).encode_into(xid, out);
+            if end >= self.flows {
+                return;
+            }
+            next = end;
         }
     }
 

@@ -34,6 +34,8 @@ const FAST: FakeSwitch = FakeSwitch {
     silent_on_flow_stats: false,
     read_delay: Duration::ZERO,
     read_chunk: 64 * 1024,
+    flows: 0,
+    flows_per_part: 100,
 };
 
 #[tokio::test]
@@ -83,6 +85,28 @@ async fn memory_stays_bounded_towards_a_slow_switch() {
     assert_eq!(switch.await.expect("switch task"), n as usize);
 }
 
+/// A session keeps a small write buffer once a large batch is written: a thousand idle
+/// sessions after a connect storm do not each hold a bundle's worth of buffer.
+#[tokio::test]
+async fn the_write_buffer_shrinks_back_after_a_large_batch() {
+    let (h, switch) = connect(FAST, SessionConfig::default(), 1 << 16).await;
+    h.send_batch(flow_mods(20_000)).await.expect("batch");
+    let grown = h.stats().await.expect("stats");
+    assert!(
+        grown.max_buffered > 1 << 20,
+        "the batch was buffered in bulk ({} bytes)",
+        grown.max_buffered
+    );
+    // Written out (its barrier answered): the buffer is back to its idle size.
+    assert!(
+        grown.buffer_capacity <= 256 * 1024,
+        "an idle session keeps {} bytes of write buffer",
+        grown.buffer_capacity
+    );
+    h.close().await;
+    assert_eq!(switch.await.expect("switch task"), 20_000);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_switch_does_not_delay_another() {
     // This one reads 1 KiB every 50 ms: a large batch to it takes minutes.
@@ -116,4 +140,59 @@ async fn a_stalled_switch_does_not_delay_another() {
     );
     assert!(!pending.is_finished(), "the stalled switch is still busy");
     pending.abort();
+}
+
+/// A flow-stats reply of 20,000 flows streamed to a consumer that folds slowly: the session
+/// stops reading while the consumer's queue is full, so at most the queued parts and the one
+/// being folded are decoded at once, never the table.
+#[tokio::test]
+async fn a_streamed_flow_read_holds_a_few_parts_not_the_table() {
+    let (n, per) = (20_000u32, 100u32);
+    let script = FakeSwitch {
+        flows: n,
+        flows_per_part: per,
+        ..FAST
+    };
+    // A pipe that could take the whole reply at once (about 1.3 MB).
+    let (h, switch) = connect(script, SessionConfig::default(), 4 << 20).await;
+    let mut stream = h
+        .flow_stats_stream(ofproto::message::FlowStatsRequest::all())
+        .await
+        .expect("stream");
+    let (mut flows, mut parts) = (0u32, 0u32);
+    let mut next_reg = 0u32;
+    while let Some(part) = stream.next().await {
+        let part = part.expect("part");
+        for f in &part {
+            // In order, none lost or repeated.
+            assert_eq!(f.flow.matches, Match::new().reg(1, next_reg));
+            next_reg += 1;
+        }
+        flows += part.len() as u32;
+        parts += 1;
+        // A slow consumer: the session task gets every chance to run ahead.
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!((flows, parts), (n, n / per));
+    let g = stream.gauge();
+    assert_eq!(g.parts(), (n / per) as usize);
+    assert_eq!(g.largest_part(), per as usize);
+    let bound = (ofproto::session::STREAM_QUEUE_PARTS + 1) * per as usize;
+    assert!(
+        g.peak() <= bound,
+        "{} decoded flows held at once (bound {bound}, table {n})",
+        g.peak()
+    );
+    // The session is intact after the stream: a reassembled read works.
+    assert_eq!(
+        h.flow_stats(ofproto::message::FlowStatsRequest::all())
+            .await
+            .expect("whole read")
+            .len(),
+        n as usize
+    );
+    h.close().await;
+    switch.await.expect("switch task");
 }

@@ -8,6 +8,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+// The global allocator: jemalloc (the default feature; its decay settings:
+// JEMALLOC_SYS_WITH_MALLOC_CONF in .cargo/config.toml, _RJEM_MALLOC_CONF at run time), mimalloc
+// (`--no-default-features --features mimalloc`; MIMALLOC_* at run time) or glibc's malloc
+// (`--no-default-features`); docs/operations.md, "Memory and the allocator".
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// flowmesh-controller: computes every node's flow table and keeps every switch in sync.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -39,6 +39,10 @@ impl Gauge {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Raise it to `v` if `v` is larger (a high-water mark).
+    pub fn set_max(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 /// What the Kubernetes datastore counts (shared by the store, which counts, and [`Metrics`],
@@ -87,6 +91,9 @@ pub struct Metrics {
     pub marker_verified: Counter,
     /// Whole-table reads of a switch (connect without an agreeing marker, audits, dumps).
     pub full_reads: Counter,
+    /// The most decoded flow entries one whole-table read of a switch held in memory at once
+    /// (since start): a reply part or two when reads are streamed, a whole table otherwise.
+    pub read_held_flows: Gauge,
     /// Merged bundles a switch refused, whose updates were then sent one by one.
     pub bundle_fallbacks: Counter,
     /// Desired-state updates with a caller waiting that went out in a bundle (over
@@ -163,6 +170,17 @@ impl Metrics {
             o,
             "flowmesh_switch_full_reads_total {}",
             self.full_reads.get()
+        );
+        render_allocator(&mut o);
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_switch_read_held_flows_max The most decoded flow entries one whole-table read of a switch held in memory at once, since start."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_switch_read_held_flows_max gauge");
+        let _ = writeln!(
+            o,
+            "flowmesh_switch_read_held_flows_max {}",
+            self.read_held_flows.get()
         );
         for (name, help, c) in [
             (
@@ -336,5 +354,42 @@ impl Metrics {
             }
         }
         o
+    }
+}
+
+/// The allocator's name and, with jemalloc, what it holds.
+fn render_allocator(o: &mut String) {
+    let _ = writeln!(
+        o,
+        "# HELP flowmesh_allocator_info The memory allocator of this build (label allocator)."
+    );
+    let _ = writeln!(o, "# TYPE flowmesh_allocator_info gauge");
+    let _ = writeln!(
+        o,
+        "flowmesh_allocator_info{{allocator=\"{}\"}} 1",
+        super::allocator::name()
+    );
+    if let Some(bg) = super::allocator::background_thread() {
+        let _ = writeln!(
+            o,
+            "# HELP flowmesh_allocator_background_thread 1 while jemalloc's background threads purge freed memory."
+        );
+        let _ = writeln!(o, "# TYPE flowmesh_allocator_background_thread gauge");
+        let _ = writeln!(o, "flowmesh_allocator_background_thread {}", u8::from(bg));
+    }
+    let Some(s) = super::allocator::stats() else {
+        return;
+    };
+    for (name, help, v) in [
+        ("allocated", "Bytes in live allocations (jemalloc stats.allocated): the live state.", s.allocated),
+        ("active", "Bytes in pages with live allocations (jemalloc stats.active).", s.active),
+        ("resident", "Bytes of resident pages the allocator maps, metadata included (jemalloc stats.resident).", s.resident),
+        ("mapped", "Bytes mapped by the allocator (jemalloc stats.mapped).", s.mapped),
+        ("retained", "Bytes of virtual memory kept for reuse, not resident (jemalloc stats.retained).", s.retained),
+        ("metadata", "Bytes of the allocator's metadata (jemalloc stats.metadata).", s.metadata),
+    ] {
+        let _ = writeln!(o, "# HELP flowmesh_allocator_{name}_bytes {help}");
+        let _ = writeln!(o, "# TYPE flowmesh_allocator_{name}_bytes gauge");
+        let _ = writeln!(o, "flowmesh_allocator_{name}_bytes {v}");
     }
 }

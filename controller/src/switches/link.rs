@@ -5,12 +5,23 @@
 use ofproto::{Flow, FlowMod, Group, GroupMod, Meter, MeterFeatures, MeterMod};
 use std::future::Future;
 use std::pin::Pin;
+use topology::pipeline::{FlowDiff, FlowSet};
 
 /// A boxed future, so links can be used as trait objects.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a switch holds: its flows (all tables), groups and meters.
 pub type SwitchState = (Vec<Flow>, Vec<Group>, Vec<Meter>);
+
+/// What a whole-table read of a switch took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadCounts {
+    /// Flows the switch holds (read).
+    pub flows: usize,
+    /// The most decoded flow entries of the read held in memory at once (the whole table
+    /// when the read is not streamed; about a reply part or two when it is).
+    pub held_at_once: usize,
+}
 
 /// One change to a switch's tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +82,25 @@ pub trait SwitchLink: Send + Sync + 'static {
     /// Every flow (all tables), group and meter the switch holds (no meters from a switch
     /// that has none).
     fn read_state(&self) -> LinkFuture<'_, Result<SwitchState, LinkError>>;
+    /// Reads the switch whole and diffs it against `desired` (flows, groups, meters): what
+    /// [`FlowSet::diff`] of [`SwitchLink::read_state`] and `desired` gives. A link that can
+    /// stream the read folds each reply part into the diff as it arrives
+    /// (`topology::pipeline::StreamedDiff`), so the whole table is never held; this default reads it whole.
+    fn read_diff<'a>(
+        &'a self,
+        desired: &'a FlowSet,
+    ) -> LinkFuture<'a, Result<(FlowDiff, ReadCounts), LinkError>> {
+        Box::pin(async move {
+            let (flows, groups, meters) = self.read_state().await?;
+            let n = flows.len();
+            let held = FlowSet::new(flows, groups).with_meters(meters);
+            let counts = ReadCounts {
+                flows: n,
+                held_at_once: n,
+            };
+            Ok((FlowSet::diff(&held, desired), counts))
+        })
+    }
     /// The flows of table 253 whose cookie is `cookie` (the digest marker: one flow, or none
     /// when the switch lost its tables). The default reads the whole switch and filters.
     fn read_marker(&self, cookie: u64) -> LinkFuture<'_, Result<Vec<Flow>, LinkError>> {

@@ -7,13 +7,14 @@ pub mod plan;
 pub mod reconciler;
 
 use crate::switches::link::{
-    LinkError, LinkFuture, SwitchChange, SwitchLink, SwitchState, SyncTurn,
+    LinkError, LinkFuture, ReadCounts, SwitchChange, SwitchLink, SwitchState, SyncTurn,
 };
 use ofproto::message::FlowStatsRequest;
 use ofproto::session::{BundleError, EventStream, RequestError, SessionEvent, SwitchHandle};
 use ofproto::{Flow, Message};
 use std::sync::Arc;
 use std::time::Duration;
+use topology::pipeline::{FlowDiff, FlowSet, StreamedDiff};
 
 /// How many switches the controller reads whole (flow stats) or programs (a bundle) at once.
 /// After a mass reconnect (every ovs-vswitchd of a rack restarted, a controller restart) every
@@ -193,6 +194,45 @@ impl SwitchLink for SessionLink {
                     Err(e) => return Err(request_error(e)),
                 };
                 Ok((flows.into_iter().map(|s| s.flow).collect(), groups, meters))
+            };
+            match tokio::time::timeout(self.read_deadline, read).await {
+                Ok(r) => r,
+                Err(_) => Err(self
+                    .stalled("the whole-table read", self.read_deadline)
+                    .await),
+            }
+        })
+    }
+
+    fn read_diff<'a>(
+        &'a self,
+        desired: &'a FlowSet,
+    ) -> LinkFuture<'a, Result<(FlowDiff, ReadCounts), LinkError>> {
+        Box::pin(async move {
+            let read = async {
+                // The flows come part by part and each part is folded into the diff and
+                // dropped: at most a few parts of the table are decoded at once.
+                let mut diff = StreamedDiff::new(desired);
+                let mut stream = self
+                    .handle
+                    .flow_stats_stream(FlowStatsRequest::all())
+                    .await
+                    .map_err(request_error)?;
+                while let Some(part) = stream.next().await {
+                    diff.fold(part.map_err(request_error)?.into_iter().map(|s| s.flow));
+                }
+                let counts = ReadCounts {
+                    flows: diff.flows_read(),
+                    held_at_once: stream.gauge().peak(),
+                };
+                let groups = self.handle.group_desc().await.map_err(request_error)?;
+                let meters = match self.handle.meter_config().await {
+                    Ok(m) => m,
+                    // A switch without meters refuses the request: it holds none.
+                    Err(RequestError::Refused { .. }) => Vec::new(),
+                    Err(e) => return Err(request_error(e)),
+                };
+                Ok((diff.finish(groups, meters), counts))
             };
             match tokio::time::timeout(self.read_deadline, read).await {
                 Ok(r) => r,

@@ -599,8 +599,28 @@ impl Reconciler {
         }
         let (target, digest) = self.target_for(link).await?;
         let mut turn = None;
-        let installed = match self.installed.take() {
-            Some(i) => i,
+        let mut t_diff;
+        let diff = match self.installed.take() {
+            Some(installed) => {
+                t_diff = Instant::now();
+                let mut diff = FlowSet::diff(&installed, &target);
+                if !diff.is_empty() {
+                    // Wait for the turn without the diff (it is redone after: the inputs are
+                    // ours).
+                    drop(diff);
+                    turn = Some(link.turn().await);
+                    t_diff = Instant::now();
+                    diff = FlowSet::diff(&installed, &target);
+                }
+                if diff.is_empty() {
+                    self.status
+                        .installed_flows
+                        .store(installed.len() as u64, Ordering::Relaxed);
+                    self.installed = Some(installed);
+                    return Ok(());
+                }
+                diff
+            }
             None => {
                 if !audit && self.marker_agrees(link, &digest).await? {
                     // The switch holds what this controller wants: nothing read, nothing sent.
@@ -614,27 +634,24 @@ impl Reconciler {
                 }
                 turn = Some(link.turn().await);
                 self.metrics.full_reads.inc();
-                let (f, g, m) = link.read_state().await?;
-                FlowSet::new(f, g).with_meters(m)
+                // The read is folded into the diff as it arrives (the switch's time, mostly):
+                // the switch's table is never held whole.
+                let (diff, read) = link.read_diff(&target).await?;
+                self.metrics
+                    .read_held_flows
+                    .set_max(read.held_at_once as u64);
+                t_diff = Instant::now();
+                if diff.is_empty() {
+                    // It holds exactly the target.
+                    self.status
+                        .installed_flows
+                        .store(target.len() as u64, Ordering::Relaxed);
+                    self.installed = Some(target);
+                    return Ok(());
+                }
+                diff
             }
         };
-        // The diff phase: not the read-back above, which is the switch's time.
-        let mut t_diff = Instant::now();
-        let mut diff = FlowSet::diff(&installed, &target);
-        if !diff.is_empty() && turn.is_none() {
-            // Wait for the turn without the diff (it is redone after: the inputs are ours).
-            drop(diff);
-            turn = Some(link.turn().await);
-            t_diff = Instant::now();
-            diff = FlowSet::diff(&installed, &target);
-        }
-        if diff.is_empty() {
-            self.status
-                .installed_flows
-                .store(installed.len() as u64, Ordering::Relaxed);
-            self.installed = Some(installed);
-            return Ok(());
-        }
         if audit {
             tracing::warn!(node = %self.status.node, changes = diff.len(), "audit found drift; repairing");
             self.status

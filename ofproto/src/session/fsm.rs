@@ -168,6 +168,19 @@ pub enum Output<R> {
     },
     /// An asynchronous message (packet-in, flow-removed, experimenter, ...).
     Async(Message),
+    /// One part of a streamed multipart reply (see [`SessionFsm::begin_stream`]), in order.
+    Part {
+        /// The request's xid.
+        xid: u32,
+        /// The part's body.
+        body: MultipartReplyBody,
+    },
+    /// A streamed multipart reply has no more parts (it ended, failed or the session closed);
+    /// its [`Output::Complete`] follows.
+    StreamEnd {
+        /// The request's xid.
+        xid: u32,
+    },
     /// A request finished.
     Complete {
         /// Whoever waits for it.
@@ -184,6 +197,8 @@ pub enum Output<R> {
 enum Kind {
     Barrier,
     Multipart,
+    /// A multipart request whose parts go out one by one ([`Output::Part`]).
+    MultipartStream,
     Role,
     BundleControl,
     /// A liveness probe's ECHO_REQUEST.
@@ -362,6 +377,19 @@ impl<R> SessionFsm<R> {
         Ok(self.insert(1, kind, Some(responder)))
     }
 
+    /// Registers a multipart request whose reply is streamed: every part comes out as an
+    /// [`Output::Part`] as it arrives (nothing is reassembled), then [`Output::StreamEnd`] and
+    /// the completion ([`Reply::Multipart`] with no bodies, or the failure). Other messages
+    /// get [`Failure::Unexpected`].
+    pub fn begin_stream(&mut self, message: &Message, responder: R) -> Result<u32, R> {
+        match message {
+            Message::MultipartRequest(_) => {
+                Ok(self.insert(1, Kind::MultipartStream, Some(responder)))
+            }
+            _ => Err(responder),
+        }
+    }
+
     /// Sends an ECHO_REQUEST; its ECHO_REPLY, or any other message from the switch, completes
     /// `responder` with [`Reply::Echo`]: a liveness probe. The request is written at once (an
     /// output), not behind queued work.
@@ -504,7 +532,10 @@ impl<R> SessionFsm<R> {
         }
         self.phase = Phase::Closed;
         self.undecided_bundles = 0;
-        for (_, p) in std::mem::take(&mut self.pending) {
+        for (xid, p) in std::mem::take(&mut self.pending) {
+            if matches!(p.kind, Kind::MultipartStream) {
+                out.push(Output::StreamEnd { xid });
+            }
             if let Some(responder) = p.responder {
                 out.push(Output::Complete {
                     responder,
@@ -696,6 +727,9 @@ impl<R> SessionFsm<R> {
             if matches!(&p.kind, Kind::Bundle(b) if !b.decided) {
                 self.undecided_bundles = self.undecided_bundles.saturating_sub(1);
             }
+            if matches!(p.kind, Kind::MultipartStream) {
+                out.push(Output::StreamEnd { xid: base });
+            }
             if let Some(responder) = p.responder {
                 out.push(Output::Complete { responder, result });
             }
@@ -721,9 +755,12 @@ impl<R> SessionFsm<R> {
             Kind::Setup(_) => {
                 self.close(DisconnectCause::HandshakeRefused(ErrorText(e)), out);
             }
-            Kind::Barrier | Kind::Multipart | Kind::Role | Kind::BundleControl | Kind::Echo => {
-                self.complete(base, Err(Failure::Refused(e)), out)
-            }
+            Kind::Barrier
+            | Kind::Multipart
+            | Kind::MultipartStream
+            | Kind::Role
+            | Kind::BundleControl
+            | Kind::Echo => self.complete(base, Err(Failure::Refused(e)), out),
             Kind::Batch { n, refused } => {
                 if offset < *n {
                     refused.push((offset as usize, e));
@@ -848,6 +885,12 @@ impl<R> SessionFsm<R> {
                 if !more {
                     let parts = std::mem::take(&mut p.parts);
                     self.complete(xid, Ok(Reply::Multipart(parts)), out);
+                }
+            }
+            Kind::MultipartStream => {
+                out.push(Output::Part { xid, body });
+                if !more {
+                    self.complete(xid, Ok(Reply::Multipart(Vec::new())), out);
                 }
             }
             Kind::Setup(SetupStep::PortDesc) => {

@@ -99,6 +99,12 @@ pub(crate) enum Command {
     Request { message: Message, reply: ReplyTx },
     /// A message without a reply (errors come back as [`SessionEvent::SwitchError`]).
     Send { message: Message },
+    /// A multipart request whose reply parts go to `sink` one by one as they arrive.
+    Stream {
+        message: Message,
+        sink: StreamSink,
+        reply: ReplyTx,
+    },
     /// Messages in order, closed by a barrier.
     Batch {
         messages: Arc<Vec<Message>>,
@@ -132,6 +138,141 @@ pub struct SessionStats {
     pub max_buffered: usize,
     /// Messages encoded for batches and bundles.
     pub bulk_messages: u64,
+    /// Bytes the write buffer has allocated now (it shrinks back once a large batch or
+    /// bundle is written).
+    pub buffer_capacity: usize,
+}
+
+/// How many parts of a streamed reply may wait in the channel between the session task and
+/// the consumer; when it is full the task stops reading the socket until the consumer takes
+/// one (the switch's TCP window then holds the rest).
+pub const STREAM_QUEUE_PARTS: usize = 2;
+
+/// One part of a streamed multipart reply, on its way to the consumer.
+#[derive(Debug)]
+pub(crate) struct StreamPart(pub(crate) MultipartReplyBody);
+
+impl StreamPart {
+    /// Decoded entries in a part (flows of a flow-stats part; 1 for other bodies).
+    pub(crate) fn entries_of(body: &MultipartReplyBody) -> usize {
+        match body {
+            MultipartReplyBody::Flow(v) => v.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// Decoded entries of a streamed reply that are held at once: handed to the channel and not
+/// yet released by the consumer (the part being folded included).
+#[derive(Debug, Default)]
+pub struct StreamGauge {
+    held: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+    parts: std::sync::atomic::AtomicUsize,
+    largest_part: std::sync::atomic::AtomicUsize,
+}
+
+impl StreamGauge {
+    fn add(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.held.fetch_add(n, Relaxed) + n;
+        self.peak.fetch_max(now, Relaxed);
+        self.parts.fetch_add(1, Relaxed);
+        self.largest_part.fetch_max(n, Relaxed);
+    }
+    fn release(&self, n: usize) {
+        self.held.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// The most decoded entries held at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Parts received so far.
+    pub fn parts(&self) -> usize {
+        self.parts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Entries of the largest part received so far.
+    pub fn largest_part(&self) -> usize {
+        self.largest_part.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Where the session task puts the parts of one streamed reply.
+#[derive(Clone, Debug)]
+pub(crate) struct StreamSink {
+    pub(crate) tx: mpsc::Sender<StreamPart>,
+    gauge: Arc<StreamGauge>,
+}
+
+impl StreamSink {
+    /// A part was handed over through a reserved slot.
+    pub(crate) fn note_sent(&self, body: &MultipartReplyBody) {
+        self.gauge.add(StreamPart::entries_of(body));
+    }
+    /// A part of `n` entries was handed over.
+    pub(crate) fn note_entries(&self, n: usize) {
+        self.gauge.add(n);
+    }
+}
+
+/// The flows of a flow-stats reply, one reply part at a time as the switch sends them
+/// ([`SwitchHandle::flow_stats_stream`]): at most [`STREAM_QUEUE_PARTS`] parts wait besides
+/// the one the caller holds, whatever the size of the table.
+#[derive(Debug)]
+pub struct FlowStatsStream {
+    parts: mpsc::Receiver<StreamPart>,
+    done: Option<oneshot::Receiver<Result<Reply, Failure>>>,
+    gauge: Arc<StreamGauge>,
+    /// Entries of the part last returned (released when the next is asked for).
+    out: usize,
+    request: Message,
+    closed: Arc<tokio::sync::watch::Receiver<Option<DisconnectCause>>>,
+}
+
+impl FlowStatsStream {
+    /// The next part's flows; None once the reply is complete. The part returned before is
+    /// taken as released (the caller has folded it). An error ends the stream.
+    pub async fn next(&mut self) -> Option<Result<Vec<FlowStats>, RequestError>> {
+        self.gauge.release(std::mem::take(&mut self.out));
+        match self.parts.recv().await {
+            Some(StreamPart(MultipartReplyBody::Flow(v))) => {
+                self.out = v.len();
+                Some(Ok(v))
+            }
+            Some(StreamPart(other)) => {
+                self.gauge.release(StreamPart::entries_of(&other));
+                self.done = None;
+                self.parts.close();
+                Some(Err(RequestError::Unexpected(format!(
+                    "flow stats request answered with {other:?}"
+                ))))
+            }
+            None => {
+                let done = self.done.take()?;
+                let gone = || {
+                    self.closed
+                        .borrow()
+                        .clone()
+                        .unwrap_or(DisconnectCause::LocalClose)
+                };
+                match done.await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(Failure::Refused(error))) => Some(Err(RequestError::Refused {
+                        request: Box::new(self.request.clone()),
+                        error,
+                    })),
+                    Ok(Err(Failure::Closed(c))) => Some(Err(RequestError::Closed(c))),
+                    Ok(Err(other)) => Some(Err(RequestError::Unexpected(format!("{other:?}")))),
+                    Err(_) => Some(Err(RequestError::Closed(gone()))),
+                }
+            }
+        }
+    }
+
+    /// Counts of this read so far: the most decoded entries held at once.
+    pub fn gauge(&self) -> &StreamGauge {
+        &self.gauge
+    }
 }
 
 /// Drives one switch connection. Cheap to clone; every method is a message to the task that
@@ -274,6 +415,39 @@ impl SwitchHandle {
             }
         }
         Ok(flows)
+    }
+
+    /// Reads flows (OFPMP_FLOW) selected by `req` as a stream of reply parts: nothing is
+    /// reassembled, so a reader that folds each part as it comes holds one part of the table
+    /// at a time, not the table.
+    pub async fn flow_stats_stream(
+        &self,
+        req: FlowStatsRequest,
+    ) -> Result<FlowStatsStream, RequestError> {
+        let (tx, parts) = mpsc::channel(STREAM_QUEUE_PARTS);
+        let (reply, done) = oneshot::channel();
+        let gauge = Arc::new(StreamGauge::default());
+        let message =
+            Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(req)));
+        let request = message.clone();
+        self.command(Command::Stream {
+            message,
+            sink: StreamSink {
+                tx,
+                gauge: gauge.clone(),
+            },
+            reply,
+        })
+        .await
+        .map_err(RequestError::Closed)?;
+        Ok(FlowStatsStream {
+            parts,
+            done: Some(done),
+            gauge,
+            out: 0,
+            request,
+            closed: self.closed.clone(),
+        })
     }
 
     /// Reads every group (OFPMP_GROUP_DESC).

@@ -23,7 +23,10 @@ pub use error::{
     BatchError, BundleError, DisconnectCause, ErrorText, RefusedMessage, RequestError,
 };
 pub use fsm::{FsmConfig, SwitchInfo, ECHO_HISTORY, ECHO_TIMEOUT_FACTOR};
-pub use handle::{ConnId, SessionEvent, SessionStats, SwitchHandle};
+pub use handle::{
+    ConnId, FlowStatsStream, SessionEvent, SessionStats, StreamGauge, SwitchHandle,
+    STREAM_QUEUE_PARTS,
+};
 pub use listener::{Backoff, Connector, EventStream, Listener, ListenerLimits, Target};
 pub use task::{run_session, run_session_with_cert, SessionConfig};
 pub use tls::{server_config, server_config_checked, ClientCheck, TlsError, TlsPem};

@@ -8,7 +8,7 @@
 //! Commands are only taken from the handles' queue while the write side has room, so a
 //! slow switch pushes back on its callers, never on other switches (one task each).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,9 @@ use crate::message::{
 use super::encode::{encode_bundle_add, encode_message};
 use super::error::DisconnectCause;
 use super::fsm::{Failure, FsmConfig, Output, SessionFsm};
-use super::handle::{Command, ConnId, ReplyTx, SessionEvent, SessionStats, SwitchHandle};
+use super::handle::{
+    Command, ConnId, ReplyTx, SessionEvent, SessionStats, StreamPart, StreamSink, SwitchHandle,
+};
 
 /// Options of a session task.
 #[derive(Clone, Debug)]
@@ -51,6 +53,9 @@ impl Default for SessionConfig {
     }
 }
 
+/// Write buffer a session keeps while idle (it grows while a batch or bundle is written).
+const WBUF_KEEP: usize = 64 * 1024;
+
 /// Whoever waits for a request; a bundle keeps its messages to fall back to a batch.
 #[derive(Debug)]
 struct Responder {
@@ -67,6 +72,12 @@ enum Job {
     },
     Send {
         message: Message,
+    },
+    /// A multipart request whose reply parts go to `sink` as they arrive.
+    Stream {
+        message: Message,
+        sink: StreamSink,
+        reply: ReplyTx,
     },
     Batch {
         messages: Arc<Vec<Message>>,
@@ -98,6 +109,12 @@ struct Session {
     wpos: usize,
     jobs: VecDeque<Job>,
     outputs: Vec<Output<Responder>>,
+    /// Outputs not yet carried out because a streamed part ahead of them waits for room in
+    /// its consumer's channel: while any wait, nothing more is read from the socket or
+    /// decoded, so a slow consumer pushes back on the switch (TCP) instead of piling up parts.
+    held: VecDeque<Output<Responder>>,
+    /// Where the parts of each streamed multipart reply go, by xid.
+    streams: HashMap<u32, StreamSink>,
     close: Option<DisconnectCause>,
     stats: SessionStats,
 }
@@ -144,16 +161,19 @@ where
         cmd_tx,
         probe_tx,
         closed_tx,
-        wbuf: Vec::with_capacity(64 * 1024),
+        wbuf: Vec::with_capacity(WBUF_KEEP),
         wpos: 0,
         jobs: VecDeque::new(),
         outputs: Vec::new(),
+        held: VecDeque::new(),
+        streams: HashMap::new(),
         close: None,
         stats: SessionStats::default(),
     };
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut framer = Framer::new();
-    let mut rbuf = vec![0u8; 256 * 1024];
+    // One OpenFlow message is at most 64 KiB: a read of that size takes a whole one.
+    let mut rbuf = vec![0u8; 64 * 1024];
     let mut needs_flush = false;
     s.fsm.start(&mut s.outputs);
     s.apply_outputs();
@@ -167,9 +187,22 @@ where
             .next_deadline()
             .map(tokio::time::Instant::from_std)
             .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        // A streamed part waiting for room in its consumer's channel.
+        let stalled = s.stalled_sink();
         tokio::select! {
             biased;
-            r = reader.read(&mut rbuf) => match r {
+            permit = async {
+                match &stalled {
+                    Some(sink) => sink.tx.clone().reserve_owned().await.ok(),
+                    None => std::future::pending().await,
+                }
+            }, if stalled.is_some() => {
+                s.resume(permit);
+                if s.held.is_empty() {
+                    s.on_bytes(&mut framer);
+                }
+            },
+            r = reader.read(&mut rbuf), if s.held.is_empty() => match r {
                 Ok(0) => s.close_with(DisconnectCause::PeerClosed),
                 Ok(n) => {
                     framer.push(rbuf.get(..n).unwrap_or_default());
@@ -192,6 +225,12 @@ where
                     if s.wpos == s.wbuf.len() {
                         s.wbuf.clear();
                         s.wpos = 0;
+                        // A large bundle grew the buffer to megabytes; an idle session keeps
+                        // only a small one (1,000 sessions otherwise hold a bundle's worth
+                        // each long after a connect storm).
+                        if s.wbuf.capacity() > 4 * WBUF_KEEP {
+                            s.wbuf.shrink_to(WBUF_KEEP);
+                        }
                     }
                 }
                 Err(e) => s.close_with(DisconnectCause::Io(e.to_string())),
@@ -252,8 +291,36 @@ impl Session {
     fn close_with(&mut self, cause: DisconnectCause) {
         if !self.fsm.is_closed() {
             self.fsm.close(cause, &mut self.outputs);
+            // Nothing more will be read: a part still waiting for its consumer is dropped
+            // (its request fails with the cause).
+            self.streams.clear();
             self.apply_outputs();
         }
+    }
+
+    /// The sink of the streamed part at the head of [`Session::held`], if one waits.
+    fn stalled_sink(&self) -> Option<StreamSink> {
+        match self.held.front() {
+            Some(Output::Part { xid, .. }) => self.streams.get(xid).cloned(),
+            _ => None,
+        }
+    }
+
+    /// The consumer of the waiting part has room (`Some`) or is gone (`None`): hand the part
+    /// over, then carry out what waited behind it.
+    fn resume(&mut self, permit: Option<mpsc::OwnedPermit<StreamPart>>) {
+        if let Some(Output::Part { xid, body }) = self.held.pop_front() {
+            match (permit, self.streams.get(&xid)) {
+                (Some(permit), Some(sink)) => {
+                    sink.note_sent(&body);
+                    permit.send(StreamPart(body));
+                }
+                _ => {
+                    self.streams.remove(&xid);
+                }
+            }
+        }
+        self.apply_outputs();
     }
 
     fn dpid(&self) -> Option<u64> {
@@ -277,8 +344,14 @@ impl Session {
                     return;
                 }
             }
-            if self.outputs.len() > 64 {
+            let part = matches!(self.outputs.last(), Some(Output::Part { .. }));
+            if part || self.outputs.len() > 64 {
                 self.apply_outputs();
+            }
+            if !self.held.is_empty() {
+                // A streamed part waits for its consumer: decode no further until it is taken
+                // (the rest stays in the framer, and the socket is not read meanwhile).
+                return;
             }
         }
         self.apply_outputs();
@@ -317,6 +390,15 @@ impl Session {
                 self.jobs.push_back(Job::Request { message, reply })
             }
             Command::Send { message } => self.jobs.push_back(Job::Send { message }),
+            Command::Stream {
+                message,
+                sink,
+                reply,
+            } => self.jobs.push_back(Job::Stream {
+                message,
+                sink,
+                reply,
+            }),
             Command::Batch { messages, reply } => self.jobs.push_back(Job::Batch {
                 messages,
                 reply: Some(reply),
@@ -338,7 +420,10 @@ impl Session {
                 let _ = reply.send(self.fsm.ports().clone());
             }
             Command::Stats { reply } => {
-                let _ = reply.send(self.stats);
+                let _ = reply.send(SessionStats {
+                    buffer_capacity: self.wbuf.capacity(),
+                    ..self.stats
+                });
             }
             Command::Close => self.close_with(DisconnectCause::LocalClose),
         }
@@ -360,9 +445,14 @@ impl Session {
             }
             let high = self.cfg.write_high_water;
             let done = match job {
-                Job::Request { .. } | Job::Send { .. } => {
+                Job::Request { .. } | Job::Send { .. } | Job::Stream { .. } => {
                     match self.jobs.pop_front() {
                         Some(Job::Request { message, reply }) => self.write_request(message, reply),
+                        Some(Job::Stream {
+                            message,
+                            sink,
+                            reply,
+                        }) => self.write_stream(message, sink, reply),
                         Some(Job::Send { message }) => {
                             let xid = self.fsm.alloc_xid();
                             if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
@@ -517,11 +607,56 @@ impl Session {
         }
     }
 
-    /// Carry out what the state machine asked for.
+    fn write_stream(&mut self, message: Message, sink: StreamSink, reply: ReplyTx) {
+        let responder = Responder {
+            reply,
+            fallback: None,
+        };
+        match self.fsm.begin_stream(&message, responder) {
+            Ok(xid) => {
+                self.streams.insert(xid, sink);
+                if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
+                    self.refuse_locally(vec![(xid, e)]);
+                }
+            }
+            Err(r) => {
+                let _ = r.reply.send(Err(Failure::Unexpected(format!(
+                    "message type {} is not a multipart request",
+                    message.msg_type()
+                ))));
+            }
+        }
+    }
+
+    /// Carry out what the state machine asked for, in order; stops at a streamed part whose
+    /// consumer has no room (see [`Session::held`]).
     fn apply_outputs(&mut self) {
-        let outputs = std::mem::take(&mut self.outputs);
-        for o in outputs {
+        if self.fsm.is_closed() {
+            // Nothing more will be read: no part may hold back the outputs of the close.
+            self.streams.clear();
+        }
+        self.held.extend(self.outputs.drain(..));
+        while let Some(o) = self.held.pop_front() {
             match o {
+                Output::Part { xid, body } => {
+                    let Some(sink) = self.streams.get(&xid) else {
+                        continue; // its consumer is gone
+                    };
+                    let n = StreamPart::entries_of(&body);
+                    match sink.tx.try_send(StreamPart(body)) {
+                        Ok(()) => sink.note_entries(n),
+                        Err(mpsc::error::TrySendError::Full(StreamPart(body))) => {
+                            self.held.push_front(Output::Part { xid, body });
+                            return;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            self.streams.remove(&xid);
+                        }
+                    }
+                }
+                Output::StreamEnd { xid } => {
+                    self.streams.remove(&xid);
+                }
                 Output::Send { xid, message } => {
                     if let Err(e) = encode_message(&message, xid, &mut self.wbuf) {
                         warn!(conn = self.conn, "not sent: {e}");
@@ -619,7 +754,7 @@ impl Session {
         // Requests still queued (never written) fail too.
         for job in self.jobs.drain(..) {
             let reply = match job {
-                Job::Request { reply, .. } => Some(reply),
+                Job::Request { reply, .. } | Job::Stream { reply, .. } => Some(reply),
                 Job::Batch { reply, .. } | Job::Bundle { reply, .. } => reply,
                 Job::Send { .. } => None,
             };
@@ -627,6 +762,8 @@ impl Session {
                 let _ = r.send(Err(Failure::Closed(cause.clone())));
             }
         }
+        self.streams.clear();
+        self.held.clear();
         let _ = self.closed_tx.send(Some(cause.clone()));
         debug!(conn = self.conn, dpid = ?self.dpid(), "session ended: {cause}");
         self.emit(SessionEvent::Disconnected {

@@ -499,17 +499,23 @@ struct Controller {
 
 /// A counter of the controller's `/metrics` (0 when absent, e.g. a build without it).
 fn metric(addr: SocketAddr, name: &str) -> f64 {
+    metrics_text(addr)
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The controller's metrics page (empty when it cannot be read).
+fn metrics_text(addr: SocketAddr) -> String {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0.0;
+        return String::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
+    text
 }
 
 /// The cluster network of the run: OpenShift's default /14 of /23 node subnets holds only 512
@@ -988,6 +994,24 @@ async fn measure(
         storms.push(st);
     }
 
+    // Memory after the connect and the storms, on the controller that went through them: its
+    // RSS once it stops falling (an allocator may give freed memory back a while after the
+    // storm), against the live state (what the allocator says the program holds: jemalloc's
+    // stats.allocated; other allocators report none).
+    let after = settle_rss(ctl_pid).await;
+    let storm_hwm = status_mib(ctl_pid, "VmHWM:").unwrap_or(0.0);
+    let live = allocator_stats(ctl.metrics);
+    println!(
+        "after the storm: controller RSS {:.0} MiB when all were synced, {:.0} MiB settled after {:.1} s (min {:.0} MiB; peak since its start {storm_hwm:.0} MiB); allocator {}; live state {}; load {}",
+        after.at_synced,
+        after.settled,
+        after.settle_secs,
+        after.min,
+        live.allocator,
+        live.describe(),
+        loadavg()
+    );
+
     // Phase 4: verify storm. The controller restarts with nothing changed (a restart or a
     // failover): from its start until every switch is synced again on a new connection, and
     // how many flow-mods it sent (must be none) and whole tables it read.
@@ -1042,7 +1066,7 @@ async fn measure(
     drop(admin);
     drop(ctl);
     println!(
-        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} verify_storm_secs={verify_secs:.2} verify_flow_mods={verify_mods:.0} verify_full_reads={verify_reads:.0} verify_ctl_cpu_secs={:.2} load={}",
+        "switches={n} vswitchds={k} pods={} flows_per_switch={flows_med:.0} synced_secs={synced_secs:.2} ctl_start_secs={ctl_start:.2} cpu_ms_per_switch={:.2} connect_ctl_cpu_secs={:.2} connect_ovs_cpu_secs={:.2} rss_mib={rss:.0} rss_peak_mib={:.0} rss_kib_per_switch={:.1} vswitchd_rss_mib={ovs_rss:.0} storms={} storm_resync_secs={:.2} storm_resync_median_secs={:.2} storm_vswitchd_ready_secs={:.2} storm_slowest_own_secs={:.2} storm_spread_secs={:.2} storm_ctl_cpu_secs={:.2} storm_within_30s={storm_ok} verify_storm_secs={verify_secs:.2} verify_flow_mods={verify_mods:.0} verify_full_reads={verify_reads:.0} verify_ctl_cpu_secs={:.2} allocator={} rss_after_storm_mib={:.0} rss_storm_peak_mib={storm_hwm:.0} rss_at_storm_synced_mib={:.0} rss_settle_secs={:.1} live_mib={} rss_over_live={} load={}",
         n * s.pods_per_node,
         cpu_connect.controller * 1e3 / f64::from(n),
         cpu_connect.controller,
@@ -1057,9 +1081,106 @@ async fn measure(
         worst(|st| st.spread),
         super::median(&storms.iter().map(|st| st.cpu.controller).collect::<Vec<_>>()),
         verify_cpu.controller,
+        live.allocator,
+        after.settled,
+        after.at_synced,
+        after.settle_secs,
+        live.live_mib()
+            .map_or_else(|| "unknown".to_string(), |v| format!("{v:.0}")),
+        live.live_mib()
+            .filter(|v| *v > 0.0)
+            .map_or_else(|| "unknown".to_string(), |v| format!("{:.2}", after.settled / v)),
         loadavg().replace(' ', "/")
     );
     Ok(())
+}
+
+/// The controller's RSS after a storm.
+#[derive(Clone, Copy, Debug, Default)]
+struct Settled {
+    /// When every switch was synced again.
+    at_synced: f64,
+    /// Once it stopped falling.
+    settled: f64,
+    /// The least seen.
+    min: f64,
+    /// How long it took to stop falling.
+    settle_secs: f64,
+}
+
+/// Samples the RSS of `pid` until it stops falling: no new low by more than 1 MiB for 3 s
+/// (an allocator purging with a decay gives memory back over seconds), at most 60 s.
+async fn settle_rss(pid: u32) -> Settled {
+    let t0 = Instant::now();
+    let rss = || status_mib(pid, "VmRSS:").unwrap_or(0.0);
+    let first = rss();
+    let (mut min, mut low_at) = (first, Instant::now());
+    let mut last = first;
+    while low_at.elapsed() < Duration::from_secs(3) && t0.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        last = rss();
+        if last < min - 1.0 {
+            (min, low_at) = (last, Instant::now());
+        }
+        min = min.min(last);
+    }
+    Settled {
+        at_synced: first,
+        settled: last,
+        min,
+        settle_secs: low_at.saturating_duration_since(t0).as_secs_f64(),
+    }
+}
+
+/// What the controller's allocator reports in its metrics.
+#[derive(Clone, Debug, Default)]
+struct AllocatorStats {
+    /// `flowmesh_allocator_info`'s label (`unknown` for a build without it).
+    allocator: String,
+    /// `flowmesh_allocator_allocated_bytes` (jemalloc builds only).
+    allocated: Option<f64>,
+    /// `flowmesh_allocator_resident_bytes`.
+    resident: Option<f64>,
+    /// `flowmesh_allocator_retained_bytes`.
+    retained: Option<f64>,
+}
+
+impl AllocatorStats {
+    fn live_mib(&self) -> Option<f64> {
+        self.allocated.map(|b| b / 1048576.0)
+    }
+    fn describe(&self) -> String {
+        match (self.allocated, self.resident, self.retained) {
+            (Some(a), Some(r), Some(k)) => format!(
+                "{:.0} MiB allocated (jemalloc stats.allocated), {:.0} MiB resident in the allocator, {:.0} MiB retained (not resident)",
+                a / 1048576.0,
+                r / 1048576.0,
+                k / 1048576.0
+            ),
+            _ => "unknown (this allocator reports no statistics)".to_string(),
+        }
+    }
+}
+
+fn allocator_stats(addr: SocketAddr) -> AllocatorStats {
+    let text = metrics_text(addr);
+    let value = |name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let allocator = text
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("flowmesh_allocator_info{allocator=\"")?;
+            Some(rest.split('"').next()?.to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    AllocatorStats {
+        allocator,
+        allocated: value("flowmesh_allocator_allocated_bytes"),
+        resident: value("flowmesh_allocator_resident_bytes"),
+        retained: value("flowmesh_allocator_retained_bytes"),
+    }
 }
 
 /// Attaches `pods_per_node` pods to every node, a few calls in flight at once.

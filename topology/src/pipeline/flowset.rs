@@ -769,6 +769,103 @@ impl FlowDiff {
     }
 }
 
+/// The diff of what a switch holds against the desired set, computed while the switch's
+/// flows arrive in parts (a flow-stats reply streamed part by part): each part is folded in and
+/// can be dropped at once, so only the desired set, one mark per desired flow and the changes
+/// found are held, never the switch's whole table. [`StreamedDiff::finish`] gives exactly what
+/// [`FlowSet::diff`] gives for the same flows, groups and meters.
+#[derive(Debug)]
+pub struct StreamedDiff<'a> {
+    desired: &'a FlowSet,
+    /// The desired flows in key order (for the lookup of each flow read).
+    index: Vec<&'a Flow>,
+    /// Per desired flow: what the switch holds under its key.
+    seen: Vec<Seen>,
+    /// Flows the switch holds under keys the desired set does not have (the last read under
+    /// a key wins, as in [`FlowSet::new`]).
+    deletes: Vec<Flow>,
+    read: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Not held: an add.
+    No,
+    /// Held as desired.
+    Same,
+    /// Held with another cookie, instructions, timeouts or flags: a modify.
+    Differs,
+}
+
+impl<'a> StreamedDiff<'a> {
+    /// A diff against `desired` with nothing read yet.
+    pub fn new(desired: &'a FlowSet) -> Self {
+        let index: Vec<&Flow> = desired.iter().collect();
+        StreamedDiff {
+            desired,
+            seen: vec![Seen::No; index.len()],
+            index,
+            deletes: Vec::new(),
+            read: 0,
+        }
+    }
+
+    /// Folds in flows the switch holds (any order, any number of parts).
+    pub fn fold(&mut self, flows: impl IntoIterator<Item = Flow>) {
+        for mut f in flows {
+            self.read += 1;
+            f.matches.fields.sort();
+            match self.index.binary_search_by(|d| key_cmp(d, &f)) {
+                Ok(i) => {
+                    let d = self.index.get(i).copied();
+                    let same = d.is_some_and(|d| {
+                        d.cookie == f.cookie
+                            && d.instructions == f.instructions
+                            && d.idle_timeout == f.idle_timeout
+                            && d.hard_timeout == f.hard_timeout
+                            && d.flags == f.flags
+                    });
+                    if let Some(s) = self.seen.get_mut(i) {
+                        *s = if same { Seen::Same } else { Seen::Differs };
+                    }
+                }
+                Err(_) => self.deletes.push(f),
+            }
+        }
+    }
+
+    /// Flows folded in so far.
+    pub fn flows_read(&self) -> usize {
+        self.read
+    }
+
+    /// The diff, given the switch's groups and meters (read whole: a handful per switch).
+    pub fn finish(self, groups: Vec<Group>, meters: Vec<Meter>) -> FlowDiff {
+        let held = FlowSet::new(Vec::new(), groups).with_meters(meters);
+        let wanted = FlowSet::new(Vec::new(), self.desired.groups().to_vec())
+            .with_meters(self.desired.meters().to_vec());
+        let mut d = FlowSet::diff(&held, &wanted);
+        for (f, s) in self.index.iter().zip(&self.seen) {
+            match s {
+                Seen::No => d.adds.push((*f).clone()),
+                Seen::Differs => d.modifies.push((*f).clone()),
+                Seen::Same => {}
+            }
+        }
+        let mut deletes = self.deletes;
+        deletes.sort_by(key_cmp); // stable: of equal keys the last read stays last
+        let mut unique: Vec<Flow> = Vec::with_capacity(deletes.len());
+        for f in deletes {
+            match unique.last_mut() {
+                Some(last) if key_cmp(last, &f) == Ordering::Equal => *last = f,
+                _ => unique.push(f),
+            }
+        }
+        d.deletes = unique;
+        d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -784,6 +881,38 @@ mod tests {
     }
 
     proptest! {
+        /// Folding a switch's flows in parts (any split, duplicates and flows of other cookies
+        /// included) gives exactly the diff of the whole table.
+        #[test]
+        fn streamed_diff_is_the_diff(
+            desired in proptest::collection::btree_map((0u8..3, 0u16..3, 0u32..30), 0u64..3, 0..50),
+            held in proptest::collection::vec(((0u8..3, 0u16..3, 0u32..30), 0u64..3), 0..60),
+            cuts in proptest::collection::vec(0usize..60, 0..6),
+        ) {
+            let want: Vec<Flow> = desired
+                .iter()
+                .map(|(&(t, p, v), &c)| flow(t, p, v, c as usize))
+                .collect();
+            let have: Vec<Flow> = held
+                .iter()
+                .map(|&((t, p, v), c)| flow(t, p, v, c as usize))
+                .collect();
+            let desired = FlowSet::new(want, Vec::new());
+            let whole = FlowSet::diff(&FlowSet::new(have.clone(), Vec::new()), &desired);
+            let mut cuts = cuts;
+            cuts.push(have.len());
+            cuts.sort();
+            let mut streamed = StreamedDiff::new(&desired);
+            let mut at = 0;
+            for c in cuts {
+                let c = c.min(have.len()).max(at);
+                streamed.fold(have[at..c].iter().cloned());
+                at = c;
+            }
+            prop_assert_eq!(streamed.flows_read(), have.len());
+            prop_assert_eq!(streamed.finish(Vec::new(), Vec::new()), whole);
+        }
+
         /// The merge of sets stored as slices of shared runs (many short ones, as a node's
         /// policy flows) is their sorted union, the first set winning on equal keys.
         #[test]

@@ -19,6 +19,6 @@ pub mod tables;
 
 pub use builder::{FlowBuilder, PipelineError};
 pub use compute::{compute_node, Pipeline};
-pub use flowset::{FlowDiff, FlowSet};
+pub use flowset::{FlowDiff, FlowSet, StreamedDiff};
 pub use priority::Band;
 pub use tables::{TableId, TableSpec, TABLES};

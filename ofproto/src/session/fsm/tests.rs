@@ -255,6 +255,66 @@ fn multipart_reassembles_parts_until_more_is_clear() {
 }
 
 #[test]
+fn a_streamed_multipart_hands_out_each_part_as_it_arrives() {
+    let (mut fsm, t0) = ready(FsmConfig::default());
+    let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::GroupDesc));
+    let xid = fsm.begin_stream(&req, "st").expect("multipart streams");
+    for i in 0..3 {
+        let mut r = MultipartReply::new(MultipartReplyBody::GroupDesc(Vec::new()));
+        r.flags = u16::from(i < 2);
+        let out = feed(&mut fsm, Message::MultipartReply(r), xid, t0);
+        match (i, &out[..]) {
+            (0 | 1, [Output::Part { xid: x, .. }]) => assert_eq!(*x, xid),
+            (
+                2,
+                [Output::Part { xid: a, .. }, Output::StreamEnd { xid: b }, Output::Complete {
+                    responder: "st",
+                    result: Ok(Reply::Multipart(p)),
+                }],
+            ) => {
+                assert_eq!((*a, *b), (xid, xid));
+                assert!(p.is_empty(), "nothing is reassembled");
+            }
+            _ => panic!("part {i}: {out:?}"),
+        }
+    }
+    assert_eq!(fsm.outstanding(), 0);
+    // Only multipart requests stream.
+    assert_eq!(fsm.begin_stream(&Message::BarrierRequest, "b"), Err("b"));
+}
+
+#[test]
+fn a_streamed_multipart_ends_on_a_refusal_and_on_close() {
+    let (mut fsm, t0) = ready(FsmConfig::default());
+    let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::GroupDesc));
+    let xid = fsm.begin_stream(&req, "st").expect("stream");
+    let refusal = ErrorMsg {
+        kind: ErrorKind::BadRequest(BadRequestCode::BadMultipart),
+        data: Vec::new(),
+    };
+    let out = feed(&mut fsm, Message::Error(refusal.clone()), xid, t0);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::StreamEnd { xid: x }, Output::Complete { responder: "st", result: Err(Failure::Refused(e)) }]
+                if *x == xid && e == &refusal
+        ),
+        "{out:?}"
+    );
+    let xid = fsm.begin_stream(&req, "st2").expect("stream");
+    let mut out = Vec::new();
+    fsm.close(DisconnectCause::PeerClosed, &mut out);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::StreamEnd { xid: x }, Output::Complete { responder: "st2", result: Err(Failure::Closed(_)) }, Output::Close(_)]
+                if *x == xid
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn error_is_matched_to_its_request_and_unknown_xids_are_unsolicited() {
     let (mut fsm, t0) = ready(FsmConfig::default());
     let xid = fsm
