@@ -523,4 +523,45 @@ mod tests {
         };
         assert!(parse_list(&list).is_err(), "one IP twice");
     }
+
+    #[tokio::test]
+    async fn an_egress_stream_whose_connection_died_silently_is_opened_on_a_new_one() {
+        use crate::nodeapi::tests::{serve, Relay, Replica};
+        use std::sync::atomic::Ordering;
+        use std::sync::Arc;
+        let leader = Replica::default();
+        let (url, _stop) = serve(leader.clone()).await;
+        let relay = Relay::start(&url).await;
+        // A call timeout far beyond this test's own bound: a call left waiting on the dead
+        // connection would not end by itself.
+        let api = NodeApi::new(&relay.url, Duration::from_secs(3600), None).expect("client");
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
+        let reconnected = Arc::new(tokio::sync::Notify::new());
+        let watcher = tokio::spawn(watch_controller(
+            api,
+            "node1".into(),
+            tx,
+            reconnected.clone(),
+        ));
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(Option::is_some))
+            .await
+            .expect("a first list within 60 s")
+            .expect("the watcher runs");
+        let before = leader.2.load(Ordering::SeqCst);
+        relay.freeze();
+        // The stream goes silent; the shim opens it again and the replica serves it — on a
+        // new connection, since the frozen ones forward nothing — and the shim hears it.
+        let reopened = async {
+            loop {
+                reconnected.notified().await;
+                if leader.2.load(Ordering::SeqCst) > before {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), reopened)
+            .await
+            .expect("the egress stream opened again on a live connection within 60 s");
+        watcher.abort();
+    }
 }
