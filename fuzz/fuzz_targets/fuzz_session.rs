@@ -91,6 +91,11 @@ impl Harness {
                 Output::Close(_) => self.closed = true,
                 Output::Ready(info) => assert!(info.ports.len() <= MAX_PORTS),
                 Output::PortStatus(_) | Output::UnsolicitedError { .. } | Output::Async(_) => {}
+                // Only a request begun as a stream has its parts handed out one by one; the
+                // harness begins none.
+                Output::Part { xid, .. } | Output::StreamEnd { xid } => {
+                    panic!("stream output for xid {xid}, which no streamed request asked for")
+                }
             }
         }
         assert!(self.fsm.ports().len() <= MAX_PORTS, "port table over its limit");
