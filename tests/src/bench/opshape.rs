@@ -13,13 +13,14 @@
 //! /proc, user + system) and wall time, and this process's CPU (the session side). Final
 //! line: `key=value`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ofproto::message::Message;
-use ofproto::session::{Listener, SessionConfig, SessionEvent, SwitchHandle};
+use ofproto::session::{Listener, SessionConfig, SwitchHandle};
 use ofproto::FlowMod;
 
 use super::flows::overlay_flows;
+use super::push::first_ready;
 use super::{arg_value, cpu_secs, median};
 use crate::sandbox::{BridgeSpec, OvsSandbox};
 
@@ -59,16 +60,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let vswitchd = sbx
         .vswitchd_pid()
         .ok_or("the sandbox has no ovs-vswitchd pid")?;
-    let handle = rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            match tokio::time::timeout_at(deadline, events.next()).await {
-                Ok(Some(SessionEvent::Ready { handle, .. })) => return Ok(handle),
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => return Err("flowmesh session never became ready".to_owned()),
-            }
-        }
-    })?;
+    let handle = rt.block_on(first_ready(&mut events))?;
     let flows = overlay_flows(k);
     let adds: Vec<Message> = flows
         .iter()

@@ -101,16 +101,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     ])
     .map_err(|e| format!("set controllers: {e}"))?;
 
-    let handle = rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            match tokio::time::timeout_at(deadline, events.next()).await {
-                Ok(Some(SessionEvent::Ready { handle, .. })) => return Ok(handle),
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => return Err("flowmesh session never became ready".to_owned()),
-            }
-        }
-    })?;
+    let handle = rt.block_on(first_ready(&mut events))?;
     let mut raw_conn = RawConn::accept(&raw_listener, Duration::from_secs(15))?;
     raw_conn.handshake()?;
 
@@ -370,6 +361,20 @@ impl RawConn {
             if m.len() >= 22 && m[1] == 4 && m[4..8] == want && m[20..22] == [0, 5] {
                 return Ok(t.elapsed().as_secs_f64());
             }
+        }
+    }
+}
+
+/// The handle of the first session that becomes ready on `events` (15 s at most).
+pub(super) async fn first_ready(
+    events: &mut ofproto::session::EventStream,
+) -> Result<SwitchHandle, String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(SessionEvent::Ready { handle, .. })) => return Ok(handle),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return Err("flowmesh session never became ready".to_owned()),
         }
     }
 }
