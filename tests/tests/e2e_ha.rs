@@ -55,6 +55,37 @@ fn master_everywhere(lab: &NetnsLab, c: &LabController) -> bool {
     })
 }
 
+/// Every node's Open vSwitch drop counters (`coverage/show` lines naming a drop, e.g.
+/// `datapath_drop_*`, `drop_action_*`) and the kernel's backlog drops (`/proc/net/softnet_stat`,
+/// second column summed over CPUs, shared by every namespace): read before and after the
+/// takeover, so that a lost packet says where it was dropped.
+fn drop_counters(lab: &NetnsLab) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for n in lab.nodes() {
+        let Ok(text) = n.ovs().appctl(["coverage/show"]) else {
+            continue;
+        };
+        for line in text.lines().filter(|l| l.contains("drop")) {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if let Some(total) = line
+                .rsplit("total:")
+                .next()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+            {
+                out.insert(format!("node{}:{name}", n.index()), total);
+            }
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string("/proc/net/softnet_stat") {
+        let dropped = text
+            .lines()
+            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+            .sum();
+        out.insert("kernel:softnet_dropped".into(), dropped);
+    }
+    out
+}
+
 #[test]
 fn pod_traffic_survives_killing_the_leader() {
     let lab = flowmesh_tests::e2e::cni_lab();
@@ -173,6 +204,8 @@ fn pod_traffic_survives_killing_the_leader() {
     });
     // A steady ping, 20 ms apart, from before the kill until after the takeover, however
     // long that takes.
+    let drops_before = drop_counters(&lab);
+    let ping_started = Instant::now();
     let ping = SteadyPing::start(&a.ns, b.ip.into(), "0.02").expect("ping");
     // Both run before the kill: the stream has made round trips (so it is connected and
     // echoing) and the ping has been answered.
@@ -212,12 +245,32 @@ fn pod_traffic_survives_killing_the_leader() {
         ping.last,
         worst.as_millis()
     );
-    assert!(
-        ping.missing.is_empty(),
-        "pings lost across the takeover: icmp_seq {:?} of 1..={}",
-        ping.missing,
-        ping.last
-    );
+    if !ping.missing.is_empty() {
+        // Where they went: the counters that moved since before the ping, and when each lost
+        // request left relative to the kill (ping sends icmp_seq N about (N-1) x 20 ms after
+        // its start).
+        let after = drop_counters(&lab);
+        let moved: Vec<String> = after
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v - drops_before.get(k).copied().unwrap_or(0).min(*v);
+                (d > 0).then(|| format!("{k}+{d}"))
+            })
+            .collect();
+        let kill_ms = t0.duration_since(ping_started).as_millis() as i64;
+        let when: Vec<String> = ping
+            .missing
+            .iter()
+            .map(|s| format!("{s}@{:+}ms", (i64::from(*s) - 1) * 20 - kill_ms))
+            .collect();
+        panic!(
+            "pings lost across the takeover: icmp_seq {:?} of 1..={} (sent relative to the kill: {}); drop counters that moved: {}",
+            ping.missing,
+            ping.last,
+            when.join(" "),
+            if moved.is_empty() { "none".to_owned() } else { moved.join(" ") }
+        );
+    }
 
     // Right after the takeover, a CNI ADD (its node API call balanced over both replicas,
     // one of them dead) gets a working pod.

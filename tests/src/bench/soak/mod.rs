@@ -126,8 +126,13 @@ struct Outcome {
     converge_secs: Option<f64>,
     rss_growth_mib: f64,
     rss_growth_pct: f64,
+    /// The process whose RSS grew the most relative to its baseline (`name:before->after`).
+    rss_worst: String,
     /// etcd's members (MiB, fraction), reported apart: see docs/operations.md.
     etcd_rss_growth: (f64, f64),
+    /// The switches' ovs-vswitchd (MiB, fraction, which), reported apart: see
+    /// docs/operations.md.
+    vswitchd_rss_growth: (f64, f64, String),
     /// Times the bench itself was not scheduled for 300 ms or more.
     bench_pauses: usize,
     /// Stalls of the control stream (no Open vSwitch on its path).
@@ -193,7 +198,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         eprintln!("soak: {e}");
     }
     eprintln!(
-        "soak: phase={:?} seed={} mode={} probes={} transitional={} bench_pauses={} control_stalls={} machine_stalls={} machine_failures={} steps={} rss_growth_pct={:.1} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} history={}",
+        "soak: phase={:?} seed={} mode={} probes={} transitional={} bench_pauses={} control_stalls={} machine_stalls={} machine_failures={} steps={} rss_growth_pct={:.1} rss_worst={} etcd_rss_growth_mib={:.1} etcd_rss_growth_pct={:.1} vswitchd_rss_growth_mib={:.1} vswitchd_rss_growth_pct={:.1} vswitchd_rss_worst={} history={}",
         o.phase,
         o.seed,
         o.mode.config_name(),
@@ -205,8 +210,12 @@ pub fn main(args: &[String]) -> Result<(), String> {
         v.machine_failures,
         out.steps,
         out.rss_growth_pct * 100.0,
+        if out.rss_worst.is_empty() { "-" } else { &out.rss_worst },
         out.etcd_rss_growth.0,
         out.etcd_rss_growth.1 * 100.0,
+        out.vswitchd_rss_growth.0,
+        out.vswitchd_rss_growth.1 * 100.0,
+        if out.vswitchd_rss_growth.2.is_empty() { "-" } else { &out.vswitchd_rss_growth.2 },
         h.path().display()
     );
     println!("{line}");
@@ -263,6 +272,7 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         // the warm-up (caches and allocator arenas filled), not at the quiet start.
         let mut base: Option<BTreeMap<String, (u32, f64)>> = None;
         let warm_at = Instant::now() + Duration::from_secs_f64(o.warmup_secs);
+        let mut next_rss_sample = warm_at;
         let workload = s.spawn(|| workload::run(wl, &stop_work));
         let mut rng = StdRng::seed_from_u64(o.seed ^ 0x5eed_0003);
         let deadline = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
@@ -275,8 +285,17 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             let now = Instant::now();
             if base.is_none() && now >= warm_at {
                 let b = rss_now(c);
-                h.log("warm", serde_json::json!({"rss_mib": b.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>()}));
+                h.log("warm", serde_json::json!({"rss_mib": rss_by_name(&b)}));
                 base = Some(b);
+                next_rss_sample = now + RSS_SAMPLE_EVERY;
+            } else if base.is_some() && now >= next_rss_sample {
+                // The memory curve between the baseline and the end, for telling a leak
+                // (steady growth) from a step (a new thread's arena, a cache filled once).
+                h.log(
+                    "rss-sample",
+                    serde_json::json!({"rss_mib": rss_by_name(&rss_now(c))}),
+                );
+                next_rss_sample = now + RSS_SAMPLE_EVERY;
             }
             let mut k = 0;
             while k < active.len() {
@@ -366,12 +385,20 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             ));
             end_rss.clone()
         });
-        let (mib, pct) = rss_growth(&base, &end_rss, |k| !k.starts_with("etcd"));
-        let (etcd_mib, etcd_pct) = rss_growth(&base, &end_rss, |k| k.starts_with("etcd"));
+        // The bound holds flowmesh's own processes; etcd and Open vSwitch are reported apart
+        // (docs/operations.md says why).
+        let (mib, pct, worst) = rss_growth(&base, &end_rss, |k| {
+            !k.starts_with("etcd") && !k.starts_with(VSWITCHD)
+        });
+        let (etcd_mib, etcd_pct, _) = rss_growth(&base, &end_rss, |k| k.starts_with("etcd"));
         out.etcd_rss_growth = (etcd_mib, etcd_pct);
+        let (ovs_mib, ovs_pct, ovs_worst) =
+            rss_growth(&base, &end_rss, |k| k.starts_with(VSWITCHD));
+        out.vswitchd_rss_growth = (ovs_mib, ovs_pct, ovs_worst);
         out.rss_growth_mib = mib;
         out.rss_growth_pct = pct;
-        h.log("rss", serde_json::json!({"end_mib": end_rss.iter().map(|(k, v)| (k.clone(), v.1)).collect::<BTreeMap<_, _>>(), "growth_mib": mib, "growth_pct": pct * 100.0}));
+        out.rss_worst = worst.clone();
+        h.log("rss", serde_json::json!({"end_mib": rss_by_name(&end_rss), "growth_mib": mib, "growth_pct": pct * 100.0, "worst": worst}));
         stop_probes.store(true, Ordering::Relaxed);
         server_stop.store(true, Ordering::Relaxed);
         match prober.join() {
@@ -552,24 +579,41 @@ fn rss_now(c: &Cluster) -> BTreeMap<String, (u32, f64)> {
         .collect()
 }
 
+/// name → VmRSS MiB, for the history.
+fn rss_by_name(m: &BTreeMap<String, (u32, f64)>) -> BTreeMap<String, f64> {
+    m.iter().map(|(k, v)| (k.clone(), v.1)).collect()
+}
+
+/// The watched name prefix of the switches' Open vSwitch daemons.
+const VSWITCHD: &str = "ovs-vswitchd";
+
+/// How often the history records every watched process's RSS after the baseline.
+const RSS_SAMPLE_EVERY: Duration = Duration::from_secs(60);
+
 /// Largest growth (MiB) and largest relative growth among the processes `which` names that
-/// were alive (same PID) at both points.
+/// were alive (same PID) at both points, and which process grew the most relative to its
+/// baseline (`name:before->after` in MiB; empty if none was alive at both points).
 fn rss_growth(
     a: &BTreeMap<String, (u32, f64)>,
     b: &BTreeMap<String, (u32, f64)>,
     which: impl Fn(&str) -> bool,
-) -> (f64, f64) {
+) -> (f64, f64, String) {
     let mut mib: f64 = 0.0;
     let mut pct: f64 = 0.0;
+    let mut worst = (f64::MIN, String::new());
     for (k, (pid, before)) in a.iter().filter(|(k, _)| which(k)) {
         if let Some((pid2, after)) = b.get(k) {
             if pid == pid2 && *before > 0.0 {
+                let rel = (after - before) / before;
                 mib = mib.max(after - before);
-                pct = pct.max((after - before) / before);
+                pct = pct.max(rel);
+                if rel > worst.0 {
+                    worst = (rel, format!("{k}:{before:.1}->{after:.1}"));
+                }
             }
         }
     }
-    (mib, pct)
+    (mib, pct, worst.1)
 }
 
 /// Reads the objects back and counts acknowledged writes that are not there.
@@ -736,4 +780,41 @@ fn lost_writes(c: &Cluster, h: &History, want: &Model, errors: &mut Vec<String>)
     }
     h.log("read-back", serde_json::json!({"lost": lost}));
     lost.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(v: &[(&str, u32, f64)]) -> BTreeMap<String, (u32, f64)> {
+        v.iter()
+            .map(|(k, pid, mib)| ((*k).to_owned(), (*pid, *mib)))
+            .collect()
+    }
+
+    #[test]
+    fn rss_growth_names_the_worst_process_and_skips_restarted_and_unwatched_ones() {
+        let base = at(&[
+            ("controller-r0", 10, 40.0),
+            ("shim-node1", 11, 14.0),
+            ("shim-node2", 12, 10.0),
+            ("ovs-vswitchd-node1", 13, 24.0),
+        ]);
+        let end = at(&[
+            ("controller-r0", 10, 44.0),
+            ("shim-node1", 11, 15.0),
+            // Restarted (another PID): its figure is not growth.
+            ("shim-node2", 99, 30.0),
+            ("ovs-vswitchd-node1", 13, 27.0),
+        ]);
+        let (mib, pct, worst) = rss_growth(&base, &end, |k| !k.starts_with(VSWITCHD));
+        assert!((mib - 4.0).abs() < 1e-9, "{mib}");
+        assert!((pct - 0.1).abs() < 1e-9, "{pct}");
+        assert_eq!(worst, "controller-r0:40.0->44.0");
+        let (mib, pct, worst) = rss_growth(&base, &end, |k| k.starts_with(VSWITCHD));
+        assert!((mib - 3.0).abs() < 1e-9 && (pct - 0.125).abs() < 1e-9);
+        assert_eq!(worst, "ovs-vswitchd-node1:24.0->27.0");
+        let (mib, pct, worst) = rss_growth(&base, &end, |k| k.starts_with("etcd"));
+        assert_eq!((mib, pct, worst.as_str()), (0.0, 0.0, ""));
+    }
 }
