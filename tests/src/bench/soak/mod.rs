@@ -273,6 +273,11 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         let mut base: Option<BTreeMap<String, (u32, f64)>> = None;
         let warm_at = Instant::now() + Duration::from_secs_f64(o.warmup_secs);
         let mut next_rss_sample = warm_at;
+        // A process restarted after the warm-up (a fault killed it) is measured from its own
+        // warm-up: its baseline is taken once it has lived that long.
+        let warmup = Duration::from_secs_f64(o.warmup_secs);
+        let sample_every = RSS_SAMPLE_EVERY.min(warmup / 4).max(Duration::from_secs(1));
+        let mut first_seen: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
         let workload = s.spawn(|| workload::run(wl, &stop_work));
         let mut rng = StdRng::seed_from_u64(o.seed ^ 0x5eed_0003);
         let deadline = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
@@ -286,16 +291,26 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             if base.is_none() && now >= warm_at {
                 let b = rss_now(c);
                 h.log("warm", serde_json::json!({"rss_mib": rss_by_name(&b)}));
+                for (k, (pid, _)) in &b {
+                    first_seen.insert(k.clone(), (*pid, now));
+                }
                 base = Some(b);
-                next_rss_sample = now + RSS_SAMPLE_EVERY;
-            } else if base.is_some() && now >= next_rss_sample {
+                next_rss_sample = now + sample_every;
+            } else if let Some(b) = base.as_mut().filter(|_| now >= next_rss_sample) {
                 // The memory curve between the baseline and the end, for telling a leak
                 // (steady growth) from a step (a new thread's arena, a cache filled once).
+                let cur = rss_now(c);
                 h.log(
                     "rss-sample",
-                    serde_json::json!({"rss_mib": rss_by_name(&rss_now(c))}),
+                    serde_json::json!({"rss_mib": rss_by_name(&cur)}),
                 );
-                next_rss_sample = now + RSS_SAMPLE_EVERY;
+                rebaseline(b, &cur, &mut first_seen, now, warmup, |k, v| {
+                    h.log(
+                        "rss-rebaseline",
+                        serde_json::json!({"process": k, "pid": v.0, "rss_mib": v.1}),
+                    );
+                });
+                next_rss_sample = now + sample_every;
             }
             let mut k = 0;
             while k < active.len() {
@@ -579,6 +594,35 @@ fn rss_now(c: &Cluster) -> BTreeMap<String, (u32, f64)> {
         .collect()
 }
 
+/// Gives every process in `cur` whose PID is not its baseline's (it was restarted) a new
+/// baseline once it has been seen with that PID for `warmup`; `first_seen` remembers when
+/// each name was first seen with its current PID. `log` hears of each new baseline.
+fn rebaseline(
+    base: &mut BTreeMap<String, (u32, f64)>,
+    cur: &BTreeMap<String, (u32, f64)>,
+    first_seen: &mut BTreeMap<String, (u32, Instant)>,
+    now: Instant,
+    warmup: Duration,
+    mut log: impl FnMut(&str, &(u32, f64)),
+) {
+    for (k, v) in cur {
+        if base.get(k).is_some_and(|b| b.0 == v.0) {
+            continue;
+        }
+        match first_seen.get(k) {
+            Some((pid, since)) if *pid == v.0 => {
+                if now.duration_since(*since) >= warmup {
+                    base.insert(k.clone(), *v);
+                    log(k, v);
+                }
+            }
+            _ => {
+                first_seen.insert(k.clone(), (v.0, now));
+            }
+        }
+    }
+}
+
 /// name → VmRSS MiB, for the history.
 fn rss_by_name(m: &BTreeMap<String, (u32, f64)>) -> BTreeMap<String, f64> {
     m.iter().map(|(k, v)| (k.clone(), v.1)).collect()
@@ -816,5 +860,69 @@ mod tests {
         assert_eq!(worst, "ovs-vswitchd-node1:24.0->27.0");
         let (mib, pct, worst) = rss_growth(&base, &end, |k| k.starts_with("etcd"));
         assert_eq!((mib, pct, worst.as_str()), (0.0, 0.0, ""));
+    }
+
+    #[test]
+    fn a_restarted_process_gets_a_baseline_one_warm_up_after_it_was_first_seen() {
+        let t0 = Instant::now();
+        let warmup = Duration::from_secs(60);
+        let mut base = at(&[("shim-node1", 11, 14.0), ("controller-r0", 10, 40.0)]);
+        let mut seen = BTreeMap::new();
+        let logged = std::cell::RefCell::new(Vec::new());
+        let step = |base: &mut BTreeMap<String, (u32, f64)>,
+                    seen: &mut BTreeMap<String, (u32, Instant)>,
+                    secs: u64,
+                    cur: &[(&str, u32, f64)]| {
+            rebaseline(
+                base,
+                &at(cur),
+                seen,
+                t0 + Duration::from_secs(secs),
+                warmup,
+                |k, v| logged.borrow_mut().push(format!("{k}:{}:{}", v.0, v.1)),
+            );
+        };
+        // The shim restarted (PID 21): first seen at 15 s, not yet a baseline.
+        step(
+            &mut base,
+            &mut seen,
+            15,
+            &[("shim-node1", 21, 9.0), ("controller-r0", 10, 41.0)],
+        );
+        assert_eq!(base["shim-node1"], (11, 14.0));
+        step(
+            &mut base,
+            &mut seen,
+            45,
+            &[("shim-node1", 21, 12.0), ("controller-r0", 10, 42.0)],
+        );
+        assert_eq!(base["shim-node1"], (11, 14.0));
+        // Restarted again before its warm-up was over (PID 22): the clock starts again.
+        step(
+            &mut base,
+            &mut seen,
+            70,
+            &[("shim-node1", 22, 9.5), ("controller-r0", 10, 42.0)],
+        );
+        step(
+            &mut base,
+            &mut seen,
+            120,
+            &[("shim-node1", 22, 13.0), ("controller-r0", 10, 42.0)],
+        );
+        assert_eq!(base["shim-node1"], (11, 14.0));
+        step(
+            &mut base,
+            &mut seen,
+            130,
+            &[("shim-node1", 22, 13.5), ("controller-r0", 10, 42.0)],
+        );
+        assert_eq!(base["shim-node1"], (22, 13.5));
+        // The unrestarted controller keeps the run's baseline.
+        assert_eq!(base["controller-r0"], (10, 40.0));
+        assert_eq!(*logged.borrow(), vec!["shim-node1:22:13.5".to_owned()]);
+        let (_, pct, worst) = rss_growth(&base, &at(&[("shim-node1", 22, 14.0)]), |_| true);
+        assert!((pct - 0.5 / 13.5).abs() < 1e-9, "{pct}");
+        assert_eq!(worst, "shim-node1:13.5->14.0");
     }
 }
