@@ -124,15 +124,12 @@ struct Outcome {
     verdict: judge::Verdict,
     lost_writes: usize,
     converge_secs: Option<f64>,
-    rss_growth_mib: f64,
-    rss_growth_pct: f64,
-    /// The process whose RSS grew the most relative to its baseline (`name:before->after`).
-    rss_worst: String,
-    /// etcd's members (MiB, fraction), reported apart: see docs/operations.md.
-    etcd_rss_growth: (f64, f64),
-    /// The switches' ovs-vswitchd (MiB, fraction, which), reported apart: see
-    /// docs/operations.md.
-    vswitchd_rss_growth: (f64, f64, String),
+    /// flowmesh's controllers and shims: the bound applies to them.
+    rss_growth: Growth,
+    /// etcd's members, reported apart: see docs/operations.md.
+    etcd_rss_growth: Growth,
+    /// The switches' ovs-vswitchd, reported apart: see docs/operations.md.
+    vswitchd_rss_growth: Growth,
     /// Times the bench itself was not scheduled for 300 ms or more.
     bench_pauses: usize,
     /// Stalls of the control stream (no Open vSwitch on its path).
@@ -183,14 +180,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
         .map_or_else(|| "never".to_owned(), |s| format!("{s:.1}"));
     let line = format!(
         "soak: minutes={} faults={} violations={} outages_over_window={} max_outage_ms={} lost_writes={} converge_secs={} rss_growth_mib={:.1}",
-        o.minutes, out.faults, v.violations, v.outages_over_window, v.max_outage_ms, out.lost_writes, conv, out.rss_growth_mib
+        o.minutes, out.faults, v.violations, v.outages_over_window, v.max_outage_ms, out.lost_writes, conv, out.rss_growth.mib
     );
     h.log(
         "verdict",
         serde_json::json!({
             "line": line, "probes": v.probes, "transitional": v.transitional, "steps": out.steps,
             "bench_pauses": out.bench_pauses, "control_stalls": out.control_stalls, "machine_stalls": v.machine_stalls, "machine_failures": v.machine_failures,
-            "rss_growth_pct": out.rss_growth_pct, "examples": v.examples, "errors": out.errors,
+            "rss_growth_pct": out.rss_growth.pct, "examples": v.examples, "errors": out.errors,
         }),
     );
     h.flush();
@@ -209,13 +206,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
         v.machine_stalls,
         v.machine_failures,
         out.steps,
-        out.rss_growth_pct * 100.0,
-        if out.rss_worst.is_empty() { "-" } else { &out.rss_worst },
-        out.etcd_rss_growth.0,
-        out.etcd_rss_growth.1 * 100.0,
-        out.vswitchd_rss_growth.0,
-        out.vswitchd_rss_growth.1 * 100.0,
-        if out.vswitchd_rss_growth.2.is_empty() { "-" } else { &out.vswitchd_rss_growth.2 },
+        out.rss_growth.pct * 100.0,
+        out.rss_growth.worst_or_dash(),
+        out.etcd_rss_growth.mib,
+        out.etcd_rss_growth.pct * 100.0,
+        out.vswitchd_rss_growth.mib,
+        out.vswitchd_rss_growth.pct * 100.0,
+        out.vswitchd_rss_growth.worst_or_dash(),
         h.path().display()
     );
     println!("{line}");
@@ -226,7 +223,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         || v.outages_over_window > 0
         || out.lost_writes > 0
         || !converged
-        || out.rss_growth_pct > RSS_GROWTH_LIMIT
+        || out.rss_growth.pct > RSS_GROWTH_LIMIT
         || !out.errors.is_empty()
     {
         return Err("the soak found faults in flowmesh (see above and the history)".into());
@@ -271,11 +268,11 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         // The memory baseline is taken once the run has been under faults and writes for
         // the warm-up (caches and allocator arenas filled), not at the quiet start.
         let mut base: Option<BTreeMap<String, (u32, f64)>> = None;
-        let warm_at = Instant::now() + Duration::from_secs_f64(o.warmup_secs);
+        let warmup = Duration::from_secs_f64(o.warmup_secs);
+        let warm_at = Instant::now() + warmup;
         let mut next_rss_sample = warm_at;
         // A process restarted after the warm-up (a fault killed it) is measured from its own
         // warm-up: its baseline is taken once it has lived that long.
-        let warmup = Duration::from_secs_f64(o.warmup_secs);
         let sample_every = RSS_SAMPLE_EVERY.min(warmup / 4).max(Duration::from_secs(1));
         let mut first_seen: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
         let workload = s.spawn(|| workload::run(wl, &stop_work));
@@ -291,9 +288,6 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
             if base.is_none() && now >= warm_at {
                 let b = rss_now(c);
                 h.log("warm", serde_json::json!({"rss_mib": rss_by_name(&b)}));
-                for (k, (pid, _)) in &b {
-                    first_seen.insert(k.clone(), (*pid, now));
-                }
                 base = Some(b);
                 next_rss_sample = now + sample_every;
             } else if let Some(b) = base.as_mut().filter(|_| now >= next_rss_sample) {
@@ -402,18 +396,13 @@ fn run(c: &Cluster, h: &History, o: &Opts) -> Result<Outcome, String> {
         });
         // The bound holds flowmesh's own processes; etcd and Open vSwitch are reported apart
         // (docs/operations.md says why).
-        let (mib, pct, worst) = rss_growth(&base, &end_rss, |k| {
+        out.rss_growth = rss_growth(&base, &end_rss, |k| {
             !k.starts_with("etcd") && !k.starts_with(VSWITCHD)
         });
-        let (etcd_mib, etcd_pct, _) = rss_growth(&base, &end_rss, |k| k.starts_with("etcd"));
-        out.etcd_rss_growth = (etcd_mib, etcd_pct);
-        let (ovs_mib, ovs_pct, ovs_worst) =
-            rss_growth(&base, &end_rss, |k| k.starts_with(VSWITCHD));
-        out.vswitchd_rss_growth = (ovs_mib, ovs_pct, ovs_worst);
-        out.rss_growth_mib = mib;
-        out.rss_growth_pct = pct;
-        out.rss_worst = worst.clone();
-        h.log("rss", serde_json::json!({"end_mib": rss_by_name(&end_rss), "growth_mib": mib, "growth_pct": pct * 100.0, "worst": worst}));
+        out.etcd_rss_growth = rss_growth(&base, &end_rss, |k| k.starts_with("etcd"));
+        out.vswitchd_rss_growth = rss_growth(&base, &end_rss, |k| k.starts_with(VSWITCHD));
+        let g = &out.rss_growth;
+        h.log("rss", serde_json::json!({"end_mib": rss_by_name(&end_rss), "growth_mib": g.mib, "growth_pct": g.pct * 100.0, "worst": g.worst}));
         stop_probes.store(true, Ordering::Relaxed);
         server_stop.store(true, Ordering::Relaxed);
         match prober.join() {
@@ -634,30 +623,50 @@ const VSWITCHD: &str = "ovs-vswitchd";
 /// How often the history records every watched process's RSS after the baseline.
 const RSS_SAMPLE_EVERY: Duration = Duration::from_secs(60);
 
-/// Largest growth (MiB) and largest relative growth among the processes `which` names that
-/// were alive (same PID) at both points, and which process grew the most relative to its
-/// baseline (`name:before->after` in MiB; empty if none was alive at both points).
+/// RSS growth of a group of processes between their baselines and the end.
+#[derive(Debug, Default, PartialEq)]
+struct Growth {
+    /// Largest growth, MiB.
+    mib: f64,
+    /// Largest relative growth (a fraction).
+    pct: f64,
+    /// The process that grew the most relative to its baseline (`name:before->after` in MiB;
+    /// empty if none was alive at both points).
+    worst: String,
+}
+
+impl Growth {
+    fn worst_or_dash(&self) -> &str {
+        if self.worst.is_empty() {
+            "-"
+        } else {
+            &self.worst
+        }
+    }
+}
+
+/// The growth of the processes `which` names that were alive (same PID) at both points.
 fn rss_growth(
     a: &BTreeMap<String, (u32, f64)>,
     b: &BTreeMap<String, (u32, f64)>,
     which: impl Fn(&str) -> bool,
-) -> (f64, f64, String) {
-    let mut mib: f64 = 0.0;
-    let mut pct: f64 = 0.0;
-    let mut worst = (f64::MIN, String::new());
+) -> Growth {
+    let mut g = Growth::default();
+    let mut worst_rel = f64::MIN;
     for (k, (pid, before)) in a.iter().filter(|(k, _)| which(k)) {
         if let Some((pid2, after)) = b.get(k) {
             if pid == pid2 && *before > 0.0 {
                 let rel = (after - before) / before;
-                mib = mib.max(after - before);
-                pct = pct.max(rel);
-                if rel > worst.0 {
-                    worst = (rel, format!("{k}:{before:.1}->{after:.1}"));
+                g.mib = g.mib.max(after - before);
+                g.pct = g.pct.max(rel);
+                if rel > worst_rel {
+                    worst_rel = rel;
+                    g.worst = format!("{k}:{before:.1}->{after:.1}");
                 }
             }
         }
     }
-    (mib, pct, worst.1)
+    g
 }
 
 /// Reads the objects back and counts acknowledged writes that are not there.
@@ -851,15 +860,16 @@ mod tests {
             ("shim-node2", 99, 30.0),
             ("ovs-vswitchd-node1", 13, 27.0),
         ]);
-        let (mib, pct, worst) = rss_growth(&base, &end, |k| !k.starts_with(VSWITCHD));
-        assert!((mib - 4.0).abs() < 1e-9, "{mib}");
-        assert!((pct - 0.1).abs() < 1e-9, "{pct}");
-        assert_eq!(worst, "controller-r0:40.0->44.0");
-        let (mib, pct, worst) = rss_growth(&base, &end, |k| k.starts_with(VSWITCHD));
-        assert!((mib - 3.0).abs() < 1e-9 && (pct - 0.125).abs() < 1e-9);
-        assert_eq!(worst, "ovs-vswitchd-node1:24.0->27.0");
-        let (mib, pct, worst) = rss_growth(&base, &end, |k| k.starts_with("etcd"));
-        assert_eq!((mib, pct, worst.as_str()), (0.0, 0.0, ""));
+        let g = rss_growth(&base, &end, |k| !k.starts_with(VSWITCHD));
+        assert!((g.mib - 4.0).abs() < 1e-9, "{g:?}");
+        assert!((g.pct - 0.1).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.worst, "controller-r0:40.0->44.0");
+        let g = rss_growth(&base, &end, |k| k.starts_with(VSWITCHD));
+        assert!((g.mib - 3.0).abs() < 1e-9 && (g.pct - 0.125).abs() < 1e-9);
+        assert_eq!(g.worst, "ovs-vswitchd-node1:24.0->27.0");
+        let g = rss_growth(&base, &end, |k| k.starts_with("etcd"));
+        assert_eq!(g, Growth::default());
+        assert_eq!(g.worst_or_dash(), "-");
     }
 
     #[test]
@@ -868,61 +878,35 @@ mod tests {
         let warmup = Duration::from_secs(60);
         let mut base = at(&[("shim-node1", 11, 14.0), ("controller-r0", 10, 40.0)]);
         let mut seen = BTreeMap::new();
-        let logged = std::cell::RefCell::new(Vec::new());
-        let step = |base: &mut BTreeMap<String, (u32, f64)>,
-                    seen: &mut BTreeMap<String, (u32, Instant)>,
-                    secs: u64,
-                    cur: &[(&str, u32, f64)]| {
+        let mut logged = Vec::new();
+        // (seconds since t0, the shim's PID and RSS then, the shim's baseline after the step)
+        let steps = [
+            // Restarted (PID 21): first seen at 15 s, not yet a baseline.
+            (15, 21, 9.0, (11, 14.0)),
+            (45, 21, 12.0, (11, 14.0)),
+            // Restarted again before its warm-up was over (PID 22): the clock starts again.
+            (70, 22, 9.5, (11, 14.0)),
+            (120, 22, 13.0, (11, 14.0)),
+            // One warm-up after PID 22 was first seen: its own baseline.
+            (130, 22, 13.5, (22, 13.5)),
+        ];
+        for (secs, pid, mib, want) in steps {
+            let cur = at(&[("shim-node1", pid, mib), ("controller-r0", 10, 42.0)]);
             rebaseline(
-                base,
-                &at(cur),
-                seen,
+                &mut base,
+                &cur,
+                &mut seen,
                 t0 + Duration::from_secs(secs),
                 warmup,
-                |k, v| logged.borrow_mut().push(format!("{k}:{}:{}", v.0, v.1)),
+                |k, v| logged.push(format!("{k}:{}:{}", v.0, v.1)),
             );
-        };
-        // The shim restarted (PID 21): first seen at 15 s, not yet a baseline.
-        step(
-            &mut base,
-            &mut seen,
-            15,
-            &[("shim-node1", 21, 9.0), ("controller-r0", 10, 41.0)],
-        );
-        assert_eq!(base["shim-node1"], (11, 14.0));
-        step(
-            &mut base,
-            &mut seen,
-            45,
-            &[("shim-node1", 21, 12.0), ("controller-r0", 10, 42.0)],
-        );
-        assert_eq!(base["shim-node1"], (11, 14.0));
-        // Restarted again before its warm-up was over (PID 22): the clock starts again.
-        step(
-            &mut base,
-            &mut seen,
-            70,
-            &[("shim-node1", 22, 9.5), ("controller-r0", 10, 42.0)],
-        );
-        step(
-            &mut base,
-            &mut seen,
-            120,
-            &[("shim-node1", 22, 13.0), ("controller-r0", 10, 42.0)],
-        );
-        assert_eq!(base["shim-node1"], (11, 14.0));
-        step(
-            &mut base,
-            &mut seen,
-            130,
-            &[("shim-node1", 22, 13.5), ("controller-r0", 10, 42.0)],
-        );
-        assert_eq!(base["shim-node1"], (22, 13.5));
+            assert_eq!(base["shim-node1"], want, "after {secs} s");
+        }
         // The unrestarted controller keeps the run's baseline.
         assert_eq!(base["controller-r0"], (10, 40.0));
-        assert_eq!(*logged.borrow(), vec!["shim-node1:22:13.5".to_owned()]);
-        let (_, pct, worst) = rss_growth(&base, &at(&[("shim-node1", 22, 14.0)]), |_| true);
-        assert!((pct - 0.5 / 13.5).abs() < 1e-9, "{pct}");
-        assert_eq!(worst, "shim-node1:13.5->14.0");
+        assert_eq!(logged, vec!["shim-node1:22:13.5".to_owned()]);
+        let g = rss_growth(&base, &at(&[("shim-node1", 22, 14.0)]), |_| true);
+        assert!((g.pct - 0.5 / 13.5).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.worst, "shim-node1:13.5->14.0");
     }
 }
