@@ -85,6 +85,18 @@ if [[ -f $dir/sysctl.before ]]; then
   rm -f "$dir/sysctl.before"
 fi
 
+# flowmesh's own pods' logs (controller replicas, shims) join the daemons' in logs/pods/nodeN/
+# before the nodes' state goes: a failed cluster test is read from them afterwards.
+for pods in "$dir"/nodes/*/log/pods; do
+  [[ -d $pods ]] || continue
+  n=$(basename "$(dirname "$(dirname "$pods")")")
+  for p in "$pods"/flowmesh_*; do
+    [[ -d $p ]] || continue
+    mkdir -p "$dir/logs/pods/$n"
+    cp -rL "$p" "$dir/logs/pods/$n/" 2>/dev/null || true
+  done
+done
+
 # State: everything but the logs (kept for a look after a failure) unless --purge.
 rm -rf "$dir/nodes" "$dir/etcd" "$dir/pki" "$dir/flowmesh-pki" "$dir/pids" "$dir/ns" \
   "$dir/run" "$dir/deploy" "$dir/up" "$dir/env" "$dir/mode" "$dir/key" "$dir/resolv.conf"

@@ -98,7 +98,11 @@ if [[ -e $dir/up || -d $dir/nodes ]]; then
   bash "$root/scripts/kube-down.sh"
 fi
 
-rm -rf "$dir/logs"
+# The logs of the last three clusters stay as logs.1 (newest) .. logs.3: the test suite makes a
+# new cluster when a test needs another mode, and a failure in the first one is read afterwards.
+rm -rf "$dir/logs.3"
+for i in 2 1; do [[ -d $dir/logs.$i ]] && mv "$dir/logs.$i" "$dir/logs.$((i + 1))"; done
+[[ -d $dir/logs ]] && mv "$dir/logs" "$dir/logs.1"
 mkdir -p "$dir"/{logs,pki,pids,ns,nodes,run}
 echo "$mode" >"$dir/mode"
 echo "$cluster_key" >"$dir/key"

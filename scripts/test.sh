@@ -37,6 +37,17 @@ summarize() {
             bin = "doc-tests " $2; has_result = 0; collecting = 0
             next
         }
+        # "thread NAME (ID) panicked at FILE:LINE:COL:" (NAME in single quotes), then the message:
+        # the first line of the first panic of each test is printed beside its FAILED line (CI
+        # shows only a part of the output; this keeps why a test failed in the part it shows).
+        /^thread \x27[^\x27]+\x27 .*panicked at .*:$/ {
+            t = $0; sub(/^thread \x27/, "", t); sub(/\x27.*/, "", t)
+            at = $0; sub(/.*panicked at /, "", at); sub(/:$/, "", at)
+            key = bin ": " t
+            if (!(key in why)) { why[key] = at; pending = key }
+            next
+        }
+        pending != "" { why[pending] = why[pending] ": " substr($0, 1, 300); pending = ""; next }
         # libtest lists the failed tests last, under a second "failures:" heading (the first
         # one heads their captured output): keep only the last list before the result line.
         /^failures:$/ { collecting = 1; nc = 0; next }
@@ -54,7 +65,10 @@ summarize() {
         }
         END {
             binary_done()
-            for (i = 1; i <= nnames; i++) print "FAILED " names[i]
+            for (i = 1; i <= nnames; i++) {
+                if (names[i] in why) print "FAILED " names[i] " (panicked at " why[names[i]] ")"
+                else print "FAILED " names[i]
+            }
             for (i = 1; i <= nlost; i++) print "FAILED " lost[i] ": ended without a test result (crashed or killed)"
             printf "%d passed, %d failed, %d skipped\n", passed, failed + nlost, skipped
             exit (failed + nlost > 0) ? 1 : 0

@@ -172,6 +172,11 @@ fn api_error(e: StoreError, watched: bool) -> ApiError {
 /// With a shared store, once one job failed alone the model holds a change the store does not:
 /// the jobs after it were built on that model and are refused like every write queued before
 /// the relist (`fail_draining`).
+///
+/// On a failure the core is told to relist (or reload) before any caller is answered: a caller
+/// that sends its next change as soon as it hears of the failure finds the core already
+/// re-reading, and its change waits for the listing instead of being built on the model that
+/// still holds the failed change (and refused with it).
 pub(super) fn write_group(
     store: &Arc<dyn StateBackend>,
     jobs: Vec<WriteJob>,
@@ -186,6 +191,7 @@ pub(super) fn write_group(
         .flat_map(|j| j.changes.iter().cloned())
         .collect();
     let result = commit(store, &changes, leader_only, revs, metrics);
+    let mut answers = Vec::with_capacity(jobs.len());
     let failure = match result {
         Err(e) if jobs.len() > 1 && worth_alone(&e) => {
             metrics.store_group_fallbacks.inc();
@@ -197,7 +203,7 @@ pub(super) fn write_group(
             let mut failure = None;
             for j in jobs {
                 if revisions(revs).draining {
-                    fail_draining(revs, vec![j]);
+                    answers.push((j.done, Err(refuse_draining(revs, &j.changes))));
                     continue;
                 }
                 let r = commit(store, &j.changes, leader_only, revs, metrics);
@@ -210,39 +216,50 @@ pub(super) fn write_group(
                         revisions(revs).draining = true;
                     }
                 }
-                let _ = j.done.send(r);
+                answers.push((j.done, r));
             }
             failure
         }
         result => {
             let n = jobs.len() as u64;
             let (r, f) = answer(result, &changes, n, core, revs, watched, metrics);
-            for j in jobs {
-                let _ = j.done.send(r.clone());
-            }
+            answers.extend(jobs.into_iter().map(|j| (j.done, r.clone())));
             f
         }
     };
-    let Some((r, not_leader)) = failure else {
-        return;
-    };
+    if let Some((r, not_leader)) = failure {
+        resync_after(&r, not_leader, core, revs, watched);
+    }
+    for (done, r) in answers {
+        let _ = done.send(r);
+    }
+}
+
+/// Tell the core to re-read the store after a failed write: nothing of the failed change was
+/// acknowledged, and the model may hold it.
+fn resync_after(
+    r: &ApiError,
+    not_leader: bool,
+    core: &mpsc::UnboundedSender<CoreCmd>,
+    revs: &SharedRevisions,
+    watched: bool,
+) {
     if watched {
-        // Nothing of the failed change was acknowledged; the core relists what is stored and
-        // every write queued meanwhile is refused (it was built on the same model).
-        match &r {
+        // The core relists what is stored and every write queued meanwhile is refused (it was
+        // built on the same model).
+        match r {
             ApiError::FailedPrecondition(m) => {
                 tracing::warn!(error = %m, "the store refused a change; relisting the store")
             }
             e => tracing::error!(error = %e, "storing changes failed; relisting the store"),
         }
         revisions(revs).draining = true;
-        let down = match (&r, not_leader) {
+        let down = match (r, not_leader) {
             (ApiError::Unavailable(m), false) => Some(m.clone()),
             _ => None,
         };
         let _ = core.send(CoreCmd::Relist(down));
     } else {
-        // Nothing of the failed change was acknowledged; the core reloads what is stored.
         tracing::error!(error = %r, "storing changes failed; reloading state from the store");
         let _ = core.send(CoreCmd::Reload);
     }
@@ -310,19 +327,25 @@ pub(super) async fn dispatcher(mut rx: mpsc::UnboundedReceiver<Dispatch>) {
 /// Refuse jobs queued on a model that a failed write made stale.
 pub(super) fn fail_draining(revs: &SharedRevisions, jobs: Vec<WriteJob>) {
     for j in jobs {
-        let down = {
-            let mut r = revisions(revs);
-            r.end(&j.changes, None);
-            r.store_down.clone()
-        };
-        let _ = j.done.send(Err(match down {
-            Some(why) => ApiError::Unavailable(format!(
-                "the change was not stored: the store is unavailable ({why}); retry when it is back"
-            )),
-            None => ApiError::Aborted(
-                "the change was not stored: an earlier change failed and the controller is re-reading the store; retry".into(),
-            ),
-        }));
+        let _ = j.done.send(Err(refuse_draining(revs, &j.changes)));
+    }
+}
+
+/// End the write of `changes`, refused because it was built on a model a failed write made
+/// stale, and say why.
+fn refuse_draining(revs: &SharedRevisions, changes: &[Change]) -> ApiError {
+    let down = {
+        let mut r = revisions(revs);
+        r.end(changes, None);
+        r.store_down.clone()
+    };
+    match down {
+        Some(why) => ApiError::Unavailable(format!(
+            "the change was not stored: the store is unavailable ({why}); retry when it is back"
+        )),
+        None => ApiError::Aborted(
+            "the change was not stored: an earlier change failed and the controller is re-reading the store; retry".into(),
+        ),
     }
 }
 
