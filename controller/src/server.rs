@@ -507,6 +507,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, StartError> {
                 me.clone(),
                 leadership.clone(),
                 ks.fence(),
+                {
+                    let ks = ks.clone();
+                    Box::new(move || ks.view_is_current())
+                },
                 stop_rx.clone(),
             )),
         ));

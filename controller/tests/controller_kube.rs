@@ -972,6 +972,110 @@ async fn the_standby_takes_the_lease_and_the_switches_hitlessly() {
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
 }
 
+/// A standby whose watches are failing (in back-off after an error, still holding what it saw
+/// before) does not take a free Lease: leading from that view would program every switch from
+/// the past (the real cluster's `cluster_ha` lost its stream pods' flows for 20 s to a new
+/// leader whose Pod watch was still backing off after an API server restart). It takes the
+/// Lease once its watch lists again, and changes nothing on the switches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_whose_watches_fail_takes_the_lease_only_once_it_sees_the_present() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let ttl_arg = "2";
+    let mut cs = [
+        kube_controller(
+            dir.path(),
+            &api,
+            "r1",
+            &["--replica-id", "r1", "--leader-ttl", ttl_arg],
+        ),
+        kube_controller(
+            dir.path(),
+            &api,
+            "r2",
+            &["--replica-id", "r2", "--leader-ttl", ttl_arg],
+        ),
+    ];
+    let sbx = sandbox_all(&[&cs[0], &cs[1]], &NODES);
+    assert!(
+        api.wait_for_async(WAIT, |a| lease_holder(a).is_some())
+            .await,
+        "nobody took the Lease"
+    );
+    let old = lease_holder(&api).expect("holder");
+    let l = usize::from(old == "r2");
+    {
+        let mut admin = cs[l].admin().await;
+        wait_synced(&mut admin, &NODE_NAMES).await;
+        attach_pods(&mut admin).await;
+        bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    }
+    let flows: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+
+    // The leader dies; the standby's Pod watch fails from now on.
+    cs[l].kill9();
+    api.fail_next("list", "pods", 500, u32::MAX);
+    api.fail_next("watch", "pods", 500, u32::MAX);
+    api.clear_requests();
+    api.drop_watches();
+    let standby = &cs[1 - l];
+    assert!(
+        api.wait_for_async(WAIT, |a| a
+            .requests()
+            .iter()
+            .any(|r| r.resource == "pods" && (r.verb == "list" || r.verb == "watch")))
+            .await,
+        "the standby did not watch Pods again"
+    );
+    // Enough election rounds for the dead leader's Lease to expire several times over (a
+    // round is at least a third of the 2 s lease apart; the Lease is taken 2 s after the
+    // standby last saw it change): the standby leaves it alone.
+    api.clear_requests();
+    let lease_reads = |a: &MockApiServer| {
+        a.requests()
+            .iter()
+            .filter(|r| {
+                r.verb == "get"
+                    && r.resource == "leases"
+                    && r.name.as_deref() == Some("flowmesh-controller")
+            })
+            .count()
+    };
+    assert!(
+        api.wait_for_async(WAIT, |a| lease_reads(a) >= 9).await,
+        "the standby stopped reading the Lease"
+    );
+    assert_eq!(
+        lease_holder(&api).as_deref(),
+        Some(old.as_str()),
+        "the standby took the Lease with a failing Pod watch"
+    );
+
+    // The watch lists again: the standby leads, without a change to any switch.
+    api.clear_failures();
+    let want = format!("r{}", 2 - l);
+    assert!(
+        api.wait_for_async(WAIT, |a| lease_holder(a).as_deref() == Some(want.as_str()))
+            .await,
+        "the standby never took the Lease once its watch was back"
+    );
+    wait_for("the new leader to be master", WAIT, async || {
+        support::granted_everywhere(standby, &NODE_NAMES, "master").await
+    })
+    .await;
+    let mut admin = standby.admin().await;
+    bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    let now: Vec<Vec<String>> = NODE_NAMES
+        .iter()
+        .map(|n| sbx.dump_flows(n).expect("dump"))
+        .collect();
+    assert_eq!(now, flows, "the takeover changed flows");
+}
+
 /// What flowmesh cannot do is told as a Warning event on the object: a Node with no subnet
 /// left in the cluster network, and an egress IP inside the cluster network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -423,6 +423,11 @@ impl MockApiServer {
         lock(&self.store).add_failure(verb, resource, code, n);
     }
 
+    /// Drops every failure [`fail_next`](Self::fail_next) injected that is not used up yet.
+    pub fn clear_failures(&self) {
+        lock(&self.store).clear_failures();
+    }
+
     /// Every HTTP request received so far (test controls are not recorded).
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.store).requests.clone()

@@ -79,9 +79,15 @@ pub(super) fn store_writer(
         let (leader_jobs, jobs): (Vec<WriteJob>, Vec<WriteJob>) =
             jobs.into_iter().partition(|j| j.leader_only);
         for (group, leader_only) in [(jobs, false), (leader_jobs, true)] {
-            if !group.is_empty() {
-                write_group(&store, group, leader_only, &core, &revs, watched, &metrics);
+            if group.is_empty() {
+                continue;
             }
+            // The first group's failure made the model stale for the second too.
+            if revisions(&revs).draining {
+                fail_draining(&revs, group);
+                continue;
+            }
+            write_group(&store, group, leader_only, &core, &revs, watched, &metrics);
         }
     }
 }

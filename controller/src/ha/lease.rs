@@ -223,14 +223,25 @@ fn holder(l: &Lease) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// Whether this replica's view of the store is current (see [`run`]).
+pub type ViewIsCurrent = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// Campaign and hold the Lease until `stop`, and keep this replica (`me`) registered;
 /// releases the Lease and removes the registration on the way out.
+///
+/// A standby takes a free or expired Lease only while `current` says its view of the store is
+/// current: a replica whose watches are failing (in back-off after the API server went away)
+/// would program every switch from what it saw before, deleting what was made since. It
+/// leaves the Lease to a standby that sees the present, and campaigns again once it does. A
+/// leader keeps renewing its own Lease whatever its view (a failing API server fails every
+/// replica's watches alike; stepping down would only add a takeover).
 pub async fn run(
     client: Client,
     cfg: LeaseConfig,
     me: ReplicaInfo,
     lead: Arc<Leadership>,
     fence: Fence,
+    current: ViewIsCurrent,
     mut stop: watch::Receiver<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
@@ -242,12 +253,22 @@ pub async fn run(
     let secs = i32::try_from(cfg.duration.as_secs().max(1)).unwrap_or(i32::MAX);
     let mut observed: Option<Observed> = None;
     let mut last_error: Option<String> = None;
+    let mut view_stale = false;
     loop {
         if *stop.borrow() {
             break;
         }
         let started = Instant::now();
-        match step(&api, &cfg, secs, &mut observed).await {
+        let may_take = current();
+        if may_take == view_stale && !matches!(lead.standing(), Standing::Leader { .. }) {
+            view_stale = !may_take;
+            if view_stale {
+                tracing::info!(replica = %cfg.id, "leader election: this replica's view of the API server is not current (a watch is failing or listing again): it does not take the Lease until it is");
+            } else {
+                tracing::info!(replica = %cfg.id, "leader election: this replica's view of the API server is current again");
+            }
+        }
+        match step(&api, &cfg, secs, may_take, &mut observed).await {
             Ok(Outcome::Leader(gen)) => {
                 let valid = started + cfg.duration - cfg.duration / 10;
                 if !matches!(lead.standing(), Standing::Leader { generation } if generation == gen)
@@ -343,16 +364,24 @@ fn standby_of(l: &Lease) -> Outcome {
     }
 }
 
-/// One round of the election.
+/// One round of the election. A Lease that is not this replica's is taken only if `may_take`
+/// (this replica's view of the store is current).
 async fn step(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     secs: i32,
+    may_take: bool,
     observed: &mut Option<Observed>,
 ) -> Result<Outcome, String> {
     let pp = PostParams::default();
     let current = api.get_opt(&cfg.name).await.map_err(|e| e.to_string())?;
     let Some(mut l) = current else {
+        if !may_take {
+            return Ok(Outcome::Standby {
+                generation: 1,
+                leader: None,
+            });
+        }
         let l = Lease {
             metadata: ObjectMeta {
                 name: Some(cfg.name.clone()),
@@ -400,6 +429,9 @@ async fn step(
             }
         };
         if !expired {
+            return Ok(standby_of(&l));
+        }
+        if !may_take {
             return Ok(standby_of(&l));
         }
         let spec = l.spec.get_or_insert_with(Default::default);

@@ -902,6 +902,10 @@ impl Store {
         });
     }
 
+    pub(crate) fn clear_failures(&mut self) {
+        self.failures.clear();
+    }
+
     /// The injected failure for a request, if one matches (`*` matches any verb or resource;
     /// a resource matches as `plural`, `plural/sub`, `plural.group` or `group/plural`).
     pub(crate) fn take_failure(&mut self, r: &RequestRecord) -> Option<ApiError> {

@@ -136,6 +136,15 @@ impl KubeStore {
             .collect()
     }
 
+    /// Whether this replica's view of the API server is current: every kind listed and no
+    /// watch failing. A watch that failed holds what it saw before the failure until it lists
+    /// again (after its back-off): a replica in that state must not take the lead, or it would
+    /// program the switches from a stale view (e.g. delete the flows of pods made meanwhile).
+    pub fn view_is_current(&self) -> bool {
+        let c = lock(&self.cache);
+        c.all_synced() && c.errors.is_empty()
+    }
+
     /// Wakes up whenever an object changed.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.clone()

@@ -173,7 +173,33 @@ pub async fn client_for(path: Option<&std::path::Path>) -> Result<Client, StoreE
     Client::try_from(config).map_err(|e| StoreError::Unavailable(format!("Kubernetes client: {e}")))
 }
 
+/// The back-off between a watch's failed attempts: from 250 ms, doubling, at most 4 s, with
+/// jitter; reset by a list that succeeds. kube-runtime's default (client-go's
+/// reflector: from 800 ms to 30 s, each with up to as much jitter again) left a replica
+/// listing again 68–78 s after the API server came back: its view stale, and until then no
+/// change reached it. Twelve kinds on three replicas retrying every 4 s are ~9 requests a
+/// second to an API server that is down; one that is up answers the first retry.
+pub(super) fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(WATCH_BACKOFF_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
+/// The longest wait between a watch's attempts (before jitter).
+pub(super) const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(4);
+
 /// Follow one kind into the cache until the runtime stops.
+///
+/// A watch that fails is started over with a fresh list after a back-off ([`watch_backoff`]),
+/// as client-go's reflector does, rather than resumed: the kind counts as failing (the store's
+/// health, and a standby's right to take the Lease) until a list succeeded, so "not failing"
+/// always means "listed or followed without a gap since". (kube-runtime's watcher resumes a
+/// failed watch from its last resourceVersion and yields nothing when that works, so a kind
+/// whose objects do not change would stay "failing" until one did.)
 pub(super) async fn follow<K, F>(
     api: Api<K>,
     cfg: watcher::Config,
@@ -185,18 +211,16 @@ pub(super) async fn follow<K, F>(
     K::DynamicType: Default,
     F: Fn(K) -> Option<(ObjKey, Obj)>,
 {
-    use kube::runtime::WatchStreamExt;
-    let mut stream = watcher(api, cfg).default_backoff().boxed();
-    let mut init: Option<Vec<(ObjKey, Obj)>> = None;
+    use kube::runtime::utils::Backoff;
+    let mut backoff = watch_backoff();
     let mut listed = false;
-    while let Some(ev) = stream.next().await {
-        let mut c = lock(&cache);
-        match ev {
-            Ok(e) => {
-                if c.errors.contains_key(&kind) {
-                    c.set_error(kind, None);
-                }
-                match e {
+    loop {
+        let mut stream = watcher(api.clone(), cfg.clone()).boxed();
+        let mut init: Option<Vec<(ObjKey, Obj)>> = None;
+        while let Some(ev) = stream.next().await {
+            let mut c = lock(&cache);
+            match ev {
+                Ok(e) => match e {
                     watcher::Event::Init => init = Some(Vec::new()),
                     watcher::Event::InitApply(o) => {
                         if let Some(x) = to_obj(o) {
@@ -214,6 +238,10 @@ pub(super) async fn follow<K, F>(
                         listed = true;
                         let objs = init.take().unwrap_or_default();
                         c.reset(kind, objs, true);
+                        if c.errors.contains_key(&kind) {
+                            c.set_error(kind, None);
+                        }
+                        backoff.reset();
                     }
                     watcher::Event::Apply(o) => {
                         if let Some((k, x)) = to_obj(o) {
@@ -225,13 +253,16 @@ pub(super) async fn follow<K, F>(
                             c.set(k, None, true);
                         }
                     }
+                },
+                Err(e) => {
+                    tracing::debug!(?kind, error = %e, "kubernetes watch");
+                    c.set_error(kind, Some(e.to_string()));
+                    break;
                 }
             }
-            Err(e) => {
-                tracing::debug!(?kind, error = %e, "kubernetes watch");
-                c.set_error(kind, Some(e.to_string()));
-            }
         }
+        let wait = backoff.next().unwrap_or(WATCH_BACKOFF_MAX);
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -520,6 +551,20 @@ pub(super) fn is_not_found(e: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_watch_retries_within_seconds_and_starts_over_after_a_reset() {
+        use kube::runtime::utils::Backoff;
+        let mut b = watch_backoff();
+        let delays: Vec<Duration> = (&mut b).take(12).collect();
+        // 250 ms doubling to at most 4 s; jitter adds up to as much again.
+        for (i, d) in delays.iter().enumerate() {
+            let base = (Duration::from_millis(250) * 2u32.pow(i as u32)).min(WATCH_BACKOFF_MAX);
+            assert!(*d >= base && *d <= 2 * base, "attempt {i}: {delays:?}");
+        }
+        b.reset();
+        assert!(b.next().expect("a delay") < Duration::from_millis(500));
+    }
 
     #[test]
     fn a_node_record_round_trips_through_its_host_subnet() {
