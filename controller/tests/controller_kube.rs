@@ -1054,6 +1054,11 @@ async fn a_standby_whose_watches_fail_takes_the_lease_only_once_it_sees_the_pres
         Some(old.as_str()),
         "the standby took the Lease with a failing Pod watch"
     );
+    let ready = support::http_get(standby.metrics, "/readyz").await;
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("the store is unavailable"),
+        "{ready}"
+    );
 
     // The watch lists again: the standby leads, without a change to any switch.
     api.clear_failures();
@@ -1069,6 +1074,12 @@ async fn a_standby_whose_watches_fail_takes_the_lease_only_once_it_sees_the_pres
     .await;
     let mut admin = standby.admin().await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
+    wait_for("the new leader ready", WAIT, async || {
+        support::http_get(standby.metrics, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    })
+    .await;
     let now: Vec<Vec<String>> = NODE_NAMES
         .iter()
         .map(|n| sbx.dump_flows(n).expect("dump"))

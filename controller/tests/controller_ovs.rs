@@ -8,7 +8,7 @@ mod support;
 use flowmesh_tests::OvsSandbox;
 use proto::admin::{self as pa};
 use std::time::{Duration, Instant};
-use support::{desired, sandbox, wait_for, wait_synced, Controller};
+use support::{desired, http_get, sandbox, wait_for, wait_synced, Controller};
 
 const NODES: [support::NodeSpec<'static>; 3] = [
     ("node-a", 0xa, &[("p1", 3), ("p2", 4)]),
@@ -297,19 +297,6 @@ async fn mods_sent(ctl: &Controller) -> u64 {
         .find_map(|l| l.strip_prefix("flowmesh_flow_mods_sent_total "))
         .and_then(|v| v.trim().parse().ok())
         .expect("flowmesh_flow_mods_sent_total")
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect metrics");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
-    buf
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

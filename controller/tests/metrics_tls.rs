@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use support::Controller;
+use support::{http_get, Controller};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn pem_certs(path: &Path) -> Vec<CertificateDer<'static>> {
@@ -70,16 +70,6 @@ async fn https_get(
         return Err("no answer".into());
     }
     Ok(String::from_utf8_lossy(&out).into_owned())
-}
-
-/// `GET path` in plaintext; the whole answer (empty when the connection just closed).
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

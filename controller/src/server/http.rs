@@ -213,10 +213,23 @@ async fn only_readers(
 }
 
 /// `/readyz`: 200 once every known switch is connected and in sync (or, on a standby, has
-/// granted this replica the slave role: [`super::switches_not_ready`]); else 503 naming them
-/// (`named`) or counting them.
+/// granted this replica the slave role: [`super::switches_not_ready`]) and the store answers
+/// (with the Kubernetes datastore: every kind listed and no watch failing, the view a standby
+/// needs to take the lead); else 503 saying why, the switches named (`named`) or counted.
 async fn readyz(core: CoreHandle, named: bool) -> (StatusCode, String) {
-    let statuses = core.read(|c| c.switch_statuses()).await.unwrap_or_default();
+    let (statuses, store) = core
+        .read(|c| {
+            let store = (!c.store_ok).then(|| c.store_detail.clone());
+            (c.switch_statuses(), store)
+        })
+        .await
+        .unwrap_or_default();
+    if let Some(why) = store {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the store is unavailable: {why}\n"),
+        );
+    }
     let waiting = super::switches_not_ready(&statuses);
     match (waiting.is_empty(), named) {
         (true, _) => (StatusCode::OK, "ready\n".to_string()),

@@ -494,3 +494,15 @@ pub async fn tls_channel(addr: SocketAddr, pki: &Path, stem: &str) -> Channel {
         .await
         .unwrap_or_else(|e| panic!("connect to {addr} as {stem}: {e:?}"))
 }
+
+/// `GET path` in plaintext; the whole answer, status line first (empty when the connection
+/// just closed).
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}

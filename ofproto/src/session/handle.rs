@@ -175,7 +175,10 @@ pub struct StreamGauge {
 impl StreamGauge {
     fn add(&self, n: usize) {
         use std::sync::atomic::Ordering::Relaxed;
-        let now = self.held.fetch_add(n, Relaxed) + n;
+        // The session task counts a part just after handing it over, so the consumer may
+        // have released it already (on another thread): `held` is then below zero (wrapped)
+        // until this add, which brings it back. Wrapping arithmetic, not a panic.
+        let now = self.held.fetch_add(n, Relaxed).wrapping_add(n);
         self.peak.fetch_max(now, Relaxed);
         self.parts.fetch_add(1, Relaxed);
         self.largest_part.fetch_max(n, Relaxed);
@@ -702,4 +705,24 @@ fn name_refused(messages: &[Message], v: Vec<(usize, ErrorMsg)>) -> Vec<RefusedM
             error,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The consumer of a streamed reply may release a part before the session task has
+    /// counted it (they run on different threads): the gauge must come back to zero, not
+    /// overflow (a debug build panicked in the session task, closing the switch's session).
+    #[test]
+    fn a_part_released_before_it_is_counted_leaves_the_gauge_at_zero() {
+        let g = StreamGauge::default();
+        g.add(7);
+        g.release(7);
+        g.release(10);
+        g.add(10);
+        assert_eq!(g.held.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(g.peak(), 7);
+        assert_eq!((g.parts(), g.largest_part()), (2, 10));
+    }
 }
