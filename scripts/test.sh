@@ -47,7 +47,14 @@ summarize() {
             if (!(key in why)) { why[key] = at; pending = key }
             next
         }
-        pending != "" { why[pending] = why[pending] ": " substr($0, 1, 300); pending = ""; next }
+        # The message line, unless another thread or libtest wrote a line of its own first.
+        pending != "" {
+            p = pending; pending = ""
+            if ($0 !~ /^(test |failures:|---- |[ \t]+Running |[ \t]+Doc-tests |thread \x27)/) {
+                why[p] = why[p] ": " substr($0, 1, 300)
+                next
+            }
+        }
         # libtest lists the failed tests last, under a second "failures:" heading (the first
         # one heads their captured output): keep only the last list before the result line.
         /^failures:$/ { collecting = 1; nc = 0; next }

@@ -1087,6 +1087,48 @@ async fn a_standby_whose_watches_fail_takes_the_lease_only_once_it_sees_the_pres
     assert_eq!(now, flows, "the takeover changed flows");
 }
 
+/// One watched object that does not decode (here a PodAttachment whose ofport is a string: the
+/// mock applies no schema, a real API server one looser than the type) is left out; the watch
+/// goes on and the replica stays ready (a watch started over for it would list the same object
+/// again and fail for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_that_does_not_decode_leaves_the_watch_and_readiness_alone() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let api = MockApiServer::start_for_controller();
+    seed(&api);
+    let c = kube_controller(dir.path(), &api, "c", &[]);
+    let _sbx = sandbox(&c, &NODES);
+    let mut admin = c.admin().await;
+    wait_synced(&mut admin, &NODE_NAMES).await;
+    wait_for("the controller ready", WAIT, async || {
+        support::http_get(c.metrics, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    })
+    .await;
+    let mut junk = pod_attachment(
+        "ns1",
+        "junk",
+        &json!("uid-junk"),
+        "node-a",
+        "10.128.0.99",
+        9,
+    );
+    junk["spec"]["ofport"] = json!("nine");
+    api.put(junk);
+    wait_for("the undecodable object reported", WAIT, async || {
+        c.log_text().contains("a watched object does not decode")
+    })
+    .await;
+    let ready = support::http_get(c.metrics, "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    support::attach_pods(&mut admin, &PODS[..1]).await;
+    assert!(
+        pod_names(&mut admin).await.contains("ns1/node-a-p1"),
+        "the attach after the junk"
+    );
+}
+
 /// What flowmesh cannot do is told as a Warning event on the object: a Node with no subnet
 /// left in the cluster network, and an egress IP inside the cluster network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,3 +93,20 @@ fn a_failed_test_is_named_with_where_and_why_it_panicked() {
         "{out}"
     );
 }
+
+/// A thread that is not a test panicked (its lines go to stderr, mixed with libtest's): the
+/// line after it is libtest's own and still counts.
+#[test]
+fn a_panic_line_from_another_thread_does_not_swallow_libtests_next_line() {
+    let log = "     Running tests/b.rs (/t/debug/deps/b-0a1b)
+
+running 1 test
+test one ... ok
+thread 'tokio-rt-worker' (13943) panicked at ofproto/src/x.rs:1:1:
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+";
+    let (out, ok) = summary_of(log);
+    assert!(ok, "{out}");
+    assert_eq!(out, "1 passed, 0 failed, 0 skipped\n");
+}

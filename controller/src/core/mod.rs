@@ -444,6 +444,15 @@ impl Core {
         }
     }
 
+    /// Why the store cannot be relied on now, if it cannot: it reported itself unavailable,
+    /// or this replica's view of it is not current ([`StateBackend::view_problem`]).
+    pub fn store_problem(&self) -> Option<String> {
+        if !self.store_ok {
+            return Some(self.store_detail.clone());
+        }
+        self.store.view_problem()
+    }
+
     /// The stored records left out of the model (key → why): at load, because they did not
     /// fit, and watched changes the model refused since.
     pub fn refused_records(&self) -> &BTreeMap<String, String> {

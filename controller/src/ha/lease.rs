@@ -234,7 +234,8 @@ pub type ViewIsCurrent = Box<dyn Fn() -> bool + Send + Sync>;
 /// would program every switch from what it saw before, deleting what was made since. It
 /// leaves the Lease to a standby that sees the present, and campaigns again once it does. A
 /// leader keeps renewing its own Lease whatever its view (a failing API server fails every
-/// replica's watches alike; stepping down would only add a takeover).
+/// replica's watches alike; stepping down would only add a takeover); one that stopped leading
+/// (its renewals failed) takes even a Lease still naming it only with a current view.
 pub async fn run(
     client: Client,
     cfg: LeaseConfig,
@@ -268,7 +269,8 @@ pub async fn run(
                 tracing::info!(replica = %cfg.id, "leader election: this replica's view of the API server is current again");
             }
         }
-        match step(&api, &cfg, secs, may_take, &mut observed).await {
+        let leading = matches!(lead.standing(), Standing::Leader { .. });
+        match step(&api, &cfg, secs, may_take, leading, &mut observed).await {
             Ok(Outcome::Leader(gen)) => {
                 let valid = started + cfg.duration - cfg.duration / 10;
                 if !matches!(lead.standing(), Standing::Leader { generation } if generation == gen)
@@ -364,13 +366,15 @@ fn standby_of(l: &Lease) -> Outcome {
     }
 }
 
-/// One round of the election. A Lease that is not this replica's is taken only if `may_take`
-/// (this replica's view of the store is current).
+/// One round of the election. A Lease is taken only if `may_take` (this replica's view of the
+/// store is current) — also one still naming this replica after it stopped `leading` (its
+/// renewals failed while the API server was away): only a leader renews whatever its view.
 async fn step(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     secs: i32,
     may_take: bool,
+    leading: bool,
     observed: &mut Option<Observed>,
 ) -> Result<Outcome, String> {
     let pp = PostParams::default();
@@ -408,6 +412,12 @@ async fn step(
     };
     let spec = l.spec.get_or_insert_with(Default::default);
     let mine = spec.holder_identity.as_deref() == Some(cfg.id.as_str());
+    if mine && !leading && !may_take {
+        return Ok(Outcome::Standby {
+            generation: generation(&l),
+            leader: None,
+        });
+    }
     if !mine {
         let record = (
             spec.holder_identity.clone().filter(|h| !h.is_empty()),

@@ -218,10 +218,7 @@ async fn only_readers(
 /// needs to take the lead); else 503 saying why, the switches named (`named`) or counted.
 async fn readyz(core: CoreHandle, named: bool) -> (StatusCode, String) {
     let (statuses, store) = core
-        .read(|c| {
-            let store = (!c.store_ok).then(|| c.store_detail.clone());
-            (c.switch_statuses(), store)
-        })
+        .read(|c| (c.switch_statuses(), c.store_problem()))
         .await
         .unwrap_or_default();
     if let Some(why) = store {

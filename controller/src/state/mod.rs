@@ -167,6 +167,11 @@ pub trait StateBackend: Send + Sync + 'static {
         let _ = from;
         None
     }
+    /// Why this replica's view of the store is not current, if it is not (a store followed by
+    /// watches: one that fails or has not listed yet). None: current, or nothing to follow.
+    fn view_problem(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Keep the last change per key of a batch, in first-seen key order, with the first

@@ -141,8 +141,7 @@ impl KubeStore {
     /// again (after its back-off): a replica in that state must not take the lead, or it would
     /// program the switches from a stale view (e.g. delete the flows of pods made meanwhile).
     pub fn view_is_current(&self) -> bool {
-        let c = lock(&self.cache);
-        c.all_synced() && c.errors.is_empty()
+        self.view_problem().is_none()
     }
 
     /// Wakes up whenever an object changed.
@@ -789,6 +788,31 @@ impl StateBackend for KubeStore {
 
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
         self.apply_guarded(&unguarded(changes)).map(|_| ())
+    }
+
+    fn view_problem(&self) -> Option<String> {
+        let c = lock(&self.cache);
+        let unlisted: Vec<String> = KINDS
+            .iter()
+            .filter(|k| !c.synced.contains(k))
+            .map(|k| format!("{k:?}"))
+            .collect();
+        let failing: Vec<String> = c
+            .errors
+            .iter()
+            .map(|(k, e)| format!("{k:?}: {e}"))
+            .collect();
+        match (unlisted.is_empty(), failing.is_empty()) {
+            (true, true) => None,
+            (false, _) => Some(format!(
+                "Kubernetes: not listed yet: {}",
+                unlisted.join(", ")
+            )),
+            (true, false) => Some(format!(
+                "Kubernetes watches failing: {}",
+                failing.join("; ")
+            )),
+        }
     }
 
     fn apply_guarded(&self, changes: &[Guarded]) -> Result<Revision, StoreError> {

@@ -173,8 +173,8 @@ pub async fn client_for(path: Option<&std::path::Path>) -> Result<Client, StoreE
     Client::try_from(config).map_err(|e| StoreError::Unavailable(format!("Kubernetes client: {e}")))
 }
 
-/// The back-off between a watch's failed attempts: from 250 ms, doubling, at most 4 s, with
-/// jitter; reset by a list that succeeds. kube-runtime's default (client-go's
+/// The back-off between a watch's failed attempts: from 250 ms, doubling, at most 4 s, plus
+/// jitter of up to as much again (so at most 8 s). kube-runtime's default (client-go's
 /// reflector: from 800 ms to 30 s, each with up to as much jitter again) left a replica
 /// listing again 68–78 s after the API server came back: its view stale, and until then no
 /// change reached it. Twelve kinds on three replicas retrying every 4 s are ~9 requests a
@@ -211,8 +211,11 @@ pub(super) async fn follow<K, F>(
     K::DynamicType: Default,
     F: Fn(K) -> Option<(ObjKey, Obj)>,
 {
-    use kube::runtime::utils::Backoff;
-    let mut backoff = watch_backoff();
+    // Reset only after two minutes without a failure (as kube-runtime's default does): a kind
+    // whose list works and whose watch fails at once is listed again every few seconds, not
+    // four times a second.
+    let mut backoff =
+        kube::runtime::utils::ResetTimerBackoff::new(watch_backoff(), Duration::from_secs(120));
     let mut listed = false;
     loop {
         let mut stream = watcher(api.clone(), cfg.clone()).boxed();
@@ -241,7 +244,6 @@ pub(super) async fn follow<K, F>(
                         if c.errors.contains_key(&kind) {
                             c.set_error(kind, None);
                         }
-                        backoff.reset();
                     }
                     watcher::Event::Apply(o) => {
                         if let Some((k, x)) = to_obj(o) {
@@ -254,6 +256,13 @@ pub(super) async fn follow<K, F>(
                         }
                     }
                 },
+                // One event that does not decode (an object the schema lets through but the
+                // type refuses): the watch itself goes on, that object stays as it was.
+                // kube-client reads such a line as a Status when it can (any JSON object is
+                // one): an "API error" with no code, which no API server sends.
+                Err(watcher::Error::WatchFailed(e)) if undecodable(&e) => {
+                    tracing::warn!(?kind, error = %e, "kubernetes: a watched object does not decode; left as it was");
+                }
                 Err(e) => {
                     tracing::debug!(?kind, error = %e, "kubernetes watch");
                     c.set_error(kind, Some(e.to_string()));
@@ -261,8 +270,18 @@ pub(super) async fn follow<K, F>(
                 }
             }
         }
+        drop(stream);
         let wait = backoff.next().unwrap_or(WATCH_BACKOFF_MAX);
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Whether a watch stream's error is one event that did not decode (the stream goes on).
+fn undecodable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::SerdeError(_) => true,
+        kube::Error::Api(s) => s.code == 0,
+        _ => false,
     }
 }
 
