@@ -712,6 +712,23 @@ impl Cache {
         KINDS.iter().all(|k| self.synced.contains(k))
     }
 
+    /// The kinds not listed yet, by name.
+    fn unlisted(&self) -> Vec<String> {
+        KINDS
+            .iter()
+            .filter(|k| !self.synced.contains(k))
+            .map(|k| format!("{k:?}"))
+            .collect()
+    }
+
+    /// The kinds whose watch fails, with why.
+    fn failing(&self) -> Vec<String> {
+        self.errors
+            .iter()
+            .map(|(k, e)| format!("{k:?}: {e}"))
+            .collect()
+    }
+
     fn listing(&self) -> Listing {
         Listing {
             revision: self.revision,

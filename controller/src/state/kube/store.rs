@@ -311,16 +311,8 @@ impl KubeStore {
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
-                    let missing: Vec<String> = KINDS
-                        .iter()
-                        .filter(|k| !c.synced.contains(k))
-                        .map(|k| format!("{k:?}"))
-                        .collect();
-                    let errors: Vec<String> = c
-                        .errors
-                        .iter()
-                        .map(|(k, e)| format!("{k:?}: {e}"))
-                        .collect();
+                    let missing = c.unlisted();
+                    let errors = c.failing();
                     return Err(StoreError::Unavailable(format!(
                         "Kubernetes API server: could not list {} within {:?}{}",
                         missing.join(", "),
@@ -792,16 +784,7 @@ impl StateBackend for KubeStore {
 
     fn view_problem(&self) -> Option<String> {
         let c = lock(&self.cache);
-        let unlisted: Vec<String> = KINDS
-            .iter()
-            .filter(|k| !c.synced.contains(k))
-            .map(|k| format!("{k:?}"))
-            .collect();
-        let failing: Vec<String> = c
-            .errors
-            .iter()
-            .map(|(k, e)| format!("{k:?}: {e}"))
-            .collect();
+        let (unlisted, failing) = (c.unlisted(), c.failing());
         match (unlisted.is_empty(), failing.is_empty()) {
             (true, true) => None,
             (false, _) => Some(format!(
