@@ -1074,12 +1074,7 @@ async fn a_standby_whose_watches_fail_takes_the_lease_only_once_it_sees_the_pres
     .await;
     let mut admin = standby.admin().await;
     bridges_match(&sbx, &mut admin, &NODE_NAMES).await;
-    wait_for("the new leader ready", WAIT, async || {
-        support::http_get(standby.metrics, "/readyz")
-            .await
-            .starts_with("HTTP/1.1 200")
-    })
-    .await;
+    support::wait_ready(standby, "the new leader ready", WAIT).await;
     let now: Vec<Vec<String>> = NODE_NAMES
         .iter()
         .map(|n| sbx.dump_flows(n).expect("dump"))
@@ -1100,12 +1095,7 @@ async fn an_object_that_does_not_decode_leaves_the_watch_and_readiness_alone() {
     let _sbx = sandbox(&c, &NODES);
     let mut admin = c.admin().await;
     wait_synced(&mut admin, &NODE_NAMES).await;
-    wait_for("the controller ready", WAIT, async || {
-        support::http_get(c.metrics, "/readyz")
-            .await
-            .starts_with("HTTP/1.1 200")
-    })
-    .await;
+    support::wait_ready(&c, "the controller ready", WAIT).await;
     let mut junk = pod_attachment(
         "ns1",
         "junk",

@@ -506,3 +506,13 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     let _ = s.read_to_end(&mut out).await;
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Wait until the controller's `/readyz` answers 200.
+pub async fn wait_ready(ctl: &Controller, what: &str, timeout: Duration) {
+    wait_for(what, timeout, async || {
+        http_get(ctl.metrics, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    })
+    .await;
+}
