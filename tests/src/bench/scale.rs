@@ -32,7 +32,7 @@ use crate::OvsSandbox;
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
@@ -476,6 +476,28 @@ fn vswitchd_caught_up(sbx: &OvsSandbox, tag: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What Open vSwitch says of its controller connections that are not up (at most 5 of them,
+/// and how many there are): for a switch the controller never saw come back.
+fn unconnected(sbx: &[OvsSandbox]) -> String {
+    let select = json!({"op": "select", "table": "Controller",
+        "where": [["is_connected", "==", false]], "columns": ["target", "status"]});
+    let mut rows = Vec::new();
+    for sb in sbx {
+        match ovsdb_transact(&db_sock(sb), vec![select.clone()]) {
+            Ok(r) => rows.extend(
+                r.first()
+                    .and_then(|r| r.get("rows"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+            Err(e) => return format!("not read: {e}"),
+        }
+    }
+    let shown: Vec<String> = rows.iter().take(5).map(Value::to_string).collect();
+    format!("{} controller connections down {shown:?}", rows.len())
+}
+
 /// Points every bridge of every vswitchd at `target` (or clears it): one transaction each.
 fn set_controllers(sbx: &[OvsSandbox], switches: u32, target: Option<&str>) -> Result<(), String> {
     let k = sbx.len() as u32;
@@ -666,8 +688,23 @@ impl SyncTimes {
     }
 }
 
+/// Whether a connected switch is on a connection opened in this phase: it was seen
+/// disconnected since the phase began, or its peer address is not the one before (none given:
+/// every connection is new).
+fn on_new_connection(
+    node: &str,
+    peer: &str,
+    seen_down: &HashSet<String>,
+    old_peers: Option<&HashMap<String, String>>,
+) -> bool {
+    seen_down.contains(node)
+        || old_peers.is_none_or(|o| o.get(node).map(String::as_str) != Some(peer))
+}
+
 /// Polls `get switches` until every node's switch is connected and synced with as many flows
-/// as desired, on a connection other than the one in `old_peers` (when given).
+/// as desired, on a connection other than the one in `old_peers` (when given): one with another
+/// peer address, or any connection once the switch was seen disconnected in this phase (a new
+/// connection can reuse its predecessor's source port on loopback).
 #[allow(clippy::too_many_arguments)]
 async fn wait_synced(
     admin: &mut AdminClient<Channel>,
@@ -681,14 +718,18 @@ async fn wait_synced(
     mem: &mut MemWatch,
 ) -> Result<SyncTimes, String> {
     let mut t = SyncTimes::default();
+    let mut seen_down: HashSet<String> = HashSet::new();
     let mut last_report = Instant::now();
     loop {
         mem.check(&pids())?;
         let items = list_switches(admin, grpc, reconnects).await?;
         let now = since.elapsed().as_secs_f64();
         for sw in items.iter().filter(|sw| !sw.unknown && !sw.node.is_empty()) {
-            let fresh = old_peers.is_none_or(|o| o.get(&sw.node) != Some(&sw.peer));
-            if !sw.connected || !fresh {
+            if !sw.connected {
+                seen_down.insert(sw.node.clone());
+                continue;
+            }
+            if !on_new_connection(&sw.node, &sw.peer, &seen_down, old_peers) {
                 continue;
             }
             t.connected.entry(sw.node.clone()).or_insert(now);
@@ -713,8 +754,31 @@ async fn wait_synced(
                 .take(3)
                 .map(|sw| format!("{}: {}", sw.node, sw.last_error))
                 .collect();
+            // The switches still missing, as the controller sees them: whether they are
+            // connected at all, on which connection (against the one before the phase), and
+            // how far their table got.
+            let missing: Vec<String> = items
+                .iter()
+                .filter(|sw| !sw.unknown && !sw.node.is_empty() && !t.synced.contains_key(&sw.node))
+                .take(5)
+                .map(|sw| {
+                    format!(
+                        "{} connected={} synced={} flows={}/{} peer={} before={} error={:?}",
+                        sw.node,
+                        sw.connected,
+                        sw.synced,
+                        sw.flows,
+                        sw.desired_flows,
+                        sw.peer,
+                        old_peers
+                            .and_then(|o| o.get(&sw.node))
+                            .map_or("-", String::as_str),
+                        sw.last_error
+                    )
+                })
+                .collect();
             return Err(format!(
-                "after {:.0} s only {} of {nodes} switches synced ({} connected, {unknown} unknown datapaths); errors: {errs:?}",
+                "after {:.0} s only {} of {nodes} switches synced ({} connected, {unknown} unknown datapaths); errors: {errs:?}; not synced: {missing:?}",
                 s.timeout.as_secs_f64(),
                 t.synced.len(),
                 t.connected.len()
@@ -959,7 +1023,7 @@ async fn measure(
         let (moved, restarted) = joined.map_err(|e| format!("restart thread: {e}"))?;
         *sbx = moved;
         let ready = restarted?;
-        let times = times?;
+        let times = times.map_err(|e| format!("{e}; Open vSwitch: {}", unconnected(sbx)))?;
         let after = Pids::of(Some(ctl_pid), dirs).cpu();
         let cpu = CpuUse::between(&before, &after, true);
         mem.check(&Pids::of(Some(ctl_pid), dirs))?;
@@ -1014,7 +1078,10 @@ async fn measure(
 
     // Phase 4: verify storm. The controller restarts with nothing changed (a restart or a
     // failover): from its start until every switch is synced again on a new connection, and
-    // how many flow-mods it sent (must be none) and whole tables it read.
+    // how many flow-mods it sent (must be none) and whole tables it read. Every session the new
+    // process lists is a new connection, whatever its peer address: the switch's side of the
+    // old one closed at once (the controller closed first), so its source port may come back
+    // (two of 1,000 switches did in one run, and the phase waited for them for ever).
     let mut ctl = ctl;
     ctl.proc.terminate(Duration::from_secs(10));
     drop(admin);
@@ -1029,7 +1096,7 @@ async fn measure(
         &mut reconnects,
         n,
         t0,
-        Some(&last_peers),
+        None,
         s,
         &|| Pids::of(Some(ctl_pid), dirs),
         mem,
@@ -1294,6 +1361,42 @@ mod tests {
             }
             assert_eq!(all, (0..n).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn a_switch_back_on_its_old_source_port_is_on_a_new_connection_once_seen_down() {
+        let old: HashMap<String, String> =
+            [("n1".to_string(), "127.0.0.1:52704".to_string())].into();
+        let mut down = HashSet::new();
+        // Still the connection from before the phase.
+        assert!(!on_new_connection(
+            "n1",
+            "127.0.0.1:52704",
+            &down,
+            Some(&old)
+        ));
+        // Another port: new.
+        assert!(on_new_connection(
+            "n1",
+            "127.0.0.1:40000",
+            &down,
+            Some(&old)
+        ));
+        // The same port after the switch was seen disconnected: new (loopback reuses ports).
+        down.insert("n1".to_string());
+        assert!(on_new_connection(
+            "n1",
+            "127.0.0.1:52704",
+            &down,
+            Some(&old)
+        ));
+        // A new controller process: every connection is new.
+        assert!(on_new_connection(
+            "n2",
+            "127.0.0.1:52704",
+            &HashSet::new(),
+            None
+        ));
     }
 
     #[test]
