@@ -282,6 +282,32 @@ impl Cluster {
         }
     }
 
+    /// What is still being deleted in the cluster: every Namespace in phase Terminating and
+    /// every pod with a deletion timestamp (`ns/name`). An earlier test's namespaces deleted
+    /// with `--wait=false` go on being torn down (their pods' CNI DELs change the switches'
+    /// tables) well into the next test.
+    pub fn terminating(&self) -> Result<Vec<String>> {
+        let ns = self.kubectl(&[
+            "get",
+            "namespaces",
+            "-o",
+            r#"jsonpath={range .items[?(@.status.phase=="Terminating")]}namespace/{.metadata.name}{"\n"}{end}"#,
+        ])?;
+        let pods = self.kubectl(&[
+            "get",
+            "pods",
+            "-A",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}"#,
+        ])?;
+        let mut out: Vec<String> = ns.lines().map(str::to_string).collect();
+        out.extend(pods.lines().filter_map(|l| {
+            let (pod, deleted) = l.split_once(' ')?;
+            (!deleted.trim().is_empty()).then(|| format!("pod {pod}"))
+        }));
+        Ok(out)
+    }
+
     /// The pods of `ns` matching `selector` once `count` of them are Ready: (name, node, IP).
     pub fn wait_pods_ready(
         &self,

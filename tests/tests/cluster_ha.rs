@@ -212,6 +212,16 @@ fn deleting_the_leader_pod_hands_over_without_a_flow_mod_or_a_lost_packet() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 
+    // Nothing else changes the switches across the takeover: an earlier test's namespaces,
+    // deleted without waiting, are gone (their pods' CNI DELs would change the tables through
+    // whichever replica leads at the time).
+    cluster
+        .wait_for(
+            "nothing in the cluster being deleted",
+            Duration::from_secs(300),
+            || cluster.terminating().ok().filter(Vec::is_empty).map(|_| ()),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.terminating()));
     // Before: the switches' tables, read while the leader sent nothing (its count the same
     // before and after the read), and every standby's flow-mod count.
     let tables_before = cluster
@@ -362,9 +372,10 @@ fn deleting_the_leader_pod_hands_over_without_a_flow_mod_or_a_lost_packet() {
     for (i, (b, a)) in tables_before.iter().zip(&tables_after).enumerate() {
         assert!(
             b == a,
-            "node{}'s br0 changed across the takeover:\n{}",
+            "node{}'s br0 changed across the takeover:\n{}being deleted now: {:?}",
             i + 1,
-            diff(b, a)
+            diff(b, a),
+            cluster.terminating()
         );
     }
     println!(
