@@ -14,7 +14,8 @@
 #   on each), none tainted: ordinary pods run on them too;
 # * then `kubectl apply` of deploy/crds.yaml and deploy/kubernetes/ (the ConfigMap's
 #   `controllers`, `openflow-targets` and mode set for this cluster, as docs/install.md says to
-#   edit them), the controller's TLS Secret and each node's certificate from `flowmeshctl
+#   edit them), the ConfigMap flowmesh-apiserver (the API server's own address, install.md
+#   step 5), the controller's TLS Secret and each node's certificate from `flowmeshctl
 #   certs lab`; it waits until the controller replicas are Ready and every node is Ready;
 # * routes from the control plane's namespace to each node's pod subnet via that node (the API
 #   server reaches pods as on masters that are nodes);
@@ -501,6 +502,10 @@ kubectl_cp apply -f "$root/deploy/kubernetes/00-namespace.yaml" >/dev/null
 kubectl_cp apply -f "$root/deploy/kubernetes/05-crds.yaml" >/dev/null
 wait_for "flowmesh CRDs established" 60 kubectl_cp wait --for condition=established --timeout=5s \
   -f "$root/deploy/kubernetes/05-crds.yaml"
+# The controller reaches the API server at its own address, not through kube-proxy's cluster IP
+# (docs/install.md step 5; deploy/kubernetes/30-controller.yaml's envFrom).
+kubectl_cp -n flowmesh create configmap flowmesh-apiserver \
+  --from-literal=KUBERNETES_SERVICE_HOST=$CP_IP --from-literal=KUBERNETES_SERVICE_PORT=6443 >/dev/null
 kubectl_cp -n flowmesh create secret generic flowmesh-controller-tls \
   --from-file=controller.crt="$dir/flowmesh-pki/controller.pem" \
   --from-file=controller.key="$dir/flowmesh-pki/controller-key.pem" \

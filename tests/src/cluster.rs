@@ -225,8 +225,34 @@ impl Cluster {
     }
 
     /// `kubectl apply -f -` of `yaml` as the admin.
+    ///
+    /// A pod in a namespace the same `yaml` creates is refused until kube-controller-manager
+    /// has made that namespace's `default` ServiceAccount (`error looking up service account
+    /// NS/default`): at once on a quiet cluster, but up to a minute or more after the API server
+    /// restarted (its informers re-watch with client-go's backoff; CI met it after
+    /// `cluster_apiserver`). As the upstream e2e framework does after it creates a namespace,
+    /// the accounts are waited for (up to 3 minutes); then the apply is made again (idempotent).
     pub fn apply(&self, yaml: &str) -> Result<String> {
         let args = ["apply", "-f", "-"];
+        let first = checked(&args, self.kubectl_output(&args, Some(yaml))?);
+        let missing = match &first {
+            Err(HarnessError::CommandFailed { stderr, .. }) => missing_default_accounts(stderr),
+            _ => Vec::new(),
+        };
+        if missing.is_empty() {
+            return first;
+        }
+        for ns in &missing {
+            self.wait_for(
+                &format!("the default ServiceAccount of namespace {ns}"),
+                Duration::from_secs(180),
+                || {
+                    self.kubectl(&["get", "serviceaccount", "default", "-n", ns])
+                        .ok()
+                        .map(drop)
+                },
+            )?;
+        }
         checked(&args, self.kubectl_output(&args, Some(yaml))?)
     }
 
@@ -280,6 +306,52 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    /// The cluster's flowmesh-controller processes (by comm, in the cluster's cgroup).
+    pub fn controller_pids(&self) -> Vec<u32> {
+        let cg = std::fs::read_to_string(self.dir.join("cgroup")).unwrap_or_default();
+        let cg = cg.trim();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| {
+                    c.trim() == "flowmesh-contro" || c.trim() == "flowmesh-controller"
+                }) && (cg.is_empty()
+                    || std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                        .is_ok_and(|c| c.contains(cg)))
+            })
+            .collect()
+    }
+
+    /// For every controller process of the cluster (by PID), the API server address it was
+    /// started with: `KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT` from its environment,
+    /// as kube-rs reads them; "" for a process whose environment cannot be read or names no
+    /// host (one that is exiting has an empty environ).
+    pub fn controllers_api_server(&self) -> BTreeMap<u32, String> {
+        self.controller_pids()
+            .into_iter()
+            .map(|pid| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let var = |name: &str| {
+                    env.split(|b| *b == 0).find_map(|kv| {
+                        let kv = std::str::from_utf8(kv).ok()?;
+                        kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
+                    })
+                };
+                let addr = match (
+                    var("KUBERNETES_SERVICE_HOST"),
+                    var("KUBERNETES_SERVICE_PORT"),
+                ) {
+                    (Some(h), Some(p)) => format!("{h}:{p}"),
+                    (Some(h), None) => h,
+                    _ => String::new(),
+                };
+                (pid, addr)
+            })
+            .collect()
     }
 
     /// What is still being deleted in the cluster: every Namespace in phase Terminating and
@@ -627,6 +699,22 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The namespaces whose `default` ServiceAccount the API server's ServiceAccount admission
+/// found missing, from kubectl's errors (`... error looking up service account NS/default:
+/// serviceaccount "default" not found`), each once.
+fn missing_default_accounts(stderr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for rest in stderr.split("error looking up service account ").skip(1) {
+        let Some((ns, _)) = rest.split_once("/default:") else {
+            continue;
+        };
+        if !ns.is_empty() && !ns.contains(char::is_whitespace) && !out.iter().any(|n| n == ns) {
+            out.push(ns.to_string());
+        }
+    }
+    out
+}
+
 fn checked(args: &[&str], out: Output) -> Result<String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -643,6 +731,18 @@ fn checked(args: &[&str], out: Output) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_default_accounts_are_read_from_kubectls_errors() {
+        // As CI saw it (two pods of one namespace, one of another).
+        let stderr = "Error from server (Forbidden): error when creating \"STDIN\": pods \"shop-1\" is forbidden: error looking up service account eip-shop/default: serviceaccount \"default\" not found\nError from server (Forbidden): error when creating \"STDIN\": pods \"shop-2\" is forbidden: error looking up service account eip-shop/default: serviceaccount \"default\" not found\nError from server (Forbidden): error when creating \"STDIN\": pods \"other\" is forbidden: error looking up service account eip-other/default: serviceaccount \"default\" not found";
+        assert_eq!(missing_default_accounts(stderr), ["eip-shop", "eip-other"]);
+        assert!(missing_default_accounts(
+            "Error from server (Forbidden): pods is forbidden: User \"x\" cannot create"
+        )
+        .is_empty());
+        assert!(missing_default_accounts("").is_empty());
+    }
 
     #[test]
     fn env_and_pods_parse() {

@@ -122,6 +122,25 @@ fn the_api_server_stopped_over_a_compacted_history_and_started_again() {
     );
     let relists0 = cluster.controller_metric_by_node(RELISTS);
     assert_eq!(relists0.len(), cluster.nodes, "no {RELISTS}: {relists0:?}");
+    // Every replica talks to the API server at its own address (kube-up's ConfigMap
+    // flowmesh-apiserver, the Deployment's envFrom), not through the `kubernetes` Service's
+    // cluster IP, which kube-proxy drops while the API server restarts (it came back 26 s and
+    // 73 s after the server did, and the replicas' relists waited for it).
+    let servers = cluster
+        .wait_for(
+            "one controller process per node, each with its environment",
+            Duration::from_secs(60),
+            || {
+                let s = cluster.controllers_api_server();
+                (s.len() == cluster.nodes && s.values().all(|a| !a.is_empty())).then_some(s)
+            },
+        )
+        .expect("controller processes");
+    let own = format!("{}:6443", cluster.cp_ip);
+    assert!(
+        servers.values().all(|a| *a == own),
+        "a replica does not use the API server's own address {own}: {servers:?}"
+    );
     let tables0 = tables(&cluster);
 
     // Stop the API server; while it is down, move etcd's history on and compact it, so that

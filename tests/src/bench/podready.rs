@@ -395,24 +395,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The cluster's flowmesh-controller processes: their comm, in the cluster's cgroup.
-fn controller_pids(cluster: &Cluster) -> Vec<u32> {
-    let cg = std::fs::read_to_string(cluster.dir.join("cgroup")).unwrap_or_default();
-    let cg = cg.trim();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "flowmesh-contro" || c.trim() == "flowmesh-controller")
-                && (cg.is_empty()
-                    || std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                        .is_ok_and(|c| c.contains(cg)))
-        })
-        .collect()
-}
-
 fn cpu_of(pids: &[u32]) -> f64 {
     pids.iter().filter_map(|p| cpu_secs(*p)).sum()
 }
@@ -425,7 +407,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         return Err("--pods and --rounds must be at least 1".into());
     }
     let cluster = Cluster::ensure(Mode::NetworkPolicy).map_err(err)?;
-    let pids = controller_pids(&cluster);
+    let pids = cluster.controller_pids();
     if pids.is_empty() {
         return Err("no flowmesh-controller process of the cluster found".into());
     }
