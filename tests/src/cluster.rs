@@ -231,7 +231,10 @@ impl Cluster {
     /// NS/default`): at once on a quiet cluster, but up to a minute or more after the API server
     /// restarted (its informers re-watch with client-go's backoff; CI met it after
     /// `cluster_apiserver`). As the upstream e2e framework does after it creates a namespace,
-    /// the accounts are waited for (up to 3 minutes); then the apply is made again (idempotent).
+    /// the account and the `kube-root-ca.crt` ConfigMap (which every pod's API-access volume
+    /// mounts) are waited for, 3 minutes for all; then the apply is made again (idempotent:
+    /// kubectl applied every other document the first time). If they never come, the first
+    /// apply's error is returned with what was waited for.
     pub fn apply(&self, yaml: &str) -> Result<String> {
         let args = ["apply", "-f", "-"];
         let first = checked(&args, self.kubectl_output(&args, Some(yaml))?);
@@ -242,16 +245,49 @@ impl Cluster {
         if missing.is_empty() {
             return first;
         }
-        for ns in &missing {
-            self.wait_for(
-                &format!("the default ServiceAccount of namespace {ns}"),
-                Duration::from_secs(180),
-                || {
-                    self.kubectl(&["get", "serviceaccount", "default", "-n", ns])
-                        .ok()
-                        .map(drop)
+        let wait = Duration::from_secs(180);
+        let deadline = Instant::now() + wait;
+        let mut pending: Vec<(String, &str, &str)> = missing
+            .iter()
+            .flat_map(|ns| {
+                [
+                    (ns.clone(), "serviceaccount", "default"),
+                    (ns.clone(), "configmap", "kube-root-ca.crt"),
+                ]
+            })
+            .collect();
+        while !pending.is_empty() && Instant::now() < deadline {
+            pending
+                .retain(|(ns, kind, name)| self.kubectl(&["get", kind, name, "-n", ns]).is_err());
+            if !pending.is_empty() {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+        if !pending.is_empty() {
+            let never: Vec<String> = pending
+                .iter()
+                .map(|(ns, kind, name)| format!("{kind} {ns}/{name}"))
+                .collect();
+            return first.map_err(|e| match e {
+                HarnessError::CommandFailed {
+                    command,
+                    status,
+                    stderr,
+                    stdout,
+                } => HarnessError::CommandFailed {
+                    command,
+                    status,
+                    stderr: format!(
+                        "{stderr}\n(waited {} s for what kube-controller-manager makes in a new \
+                         namespace; still missing: {}; cluster logs: {})",
+                        wait.as_secs(),
+                        never.join(", "),
+                        self.logs().display()
+                    ),
+                    stdout,
                 },
-            )?;
+                other => other,
+            });
         }
         checked(&args, self.kubectl_output(&args, Some(yaml))?)
     }

@@ -180,8 +180,9 @@ pub async fn client_for(path: Option<&std::path::Path>) -> Result<Client, StoreE
 /// change reached it. Most of that wait turned out to be kube-proxy's, not ours: through the
 /// `kubernetes` Service's cluster IP the replicas could not reach the restarted API server until
 /// kube-proxy's own watches came back (26–73 s); the Deployment now gives them the server's own
-/// address (docs/install.md, step 5), and they list again within 0.1 s. Twelve kinds on three replicas retrying every 4 s are ~9 requests a
-/// second to an API server that is down; one that is up answers the first retry.
+/// address (docs/install.md, step 5), and they list again within 0.1 s. Twelve kinds on three
+/// replicas retrying every 4 s are ~9 requests a second to an API server that is down; one that
+/// is up answers the first retry.
 pub(super) fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(250))
