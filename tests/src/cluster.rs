@@ -257,8 +257,10 @@ impl Cluster {
             })
             .collect();
         while !pending.is_empty() && Instant::now() < deadline {
-            pending
-                .retain(|(ns, kind, name)| self.kubectl(&["get", kind, name, "-n", ns]).is_err());
+            pending.retain(|(ns, kind, name)| {
+                self.kubectl(&["get", *kind, *name, "-n", ns.as_str()])
+                    .is_err()
+            });
             if !pending.is_empty() {
                 std::thread::sleep(Duration::from_millis(250));
             }
