@@ -364,14 +364,17 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         });
     }
     // The socket appears once the node is clean: a CNI call never meets a half-done start.
+    // Caught before the socket appears: a SIGTERM sent once it does (as a supervisor may)
+    // must reach the shutdown, not the default action.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
     let listener = server::bind(&args.cni_socket)?;
     info!(socket = %args.cni_socket.display(), "serving CNI requests");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(DaemonError::Signal)?;
     let shutdown = async move {
         tokio::select! {
             _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = int.recv() => {}
         }
         info!("shutting down");
     };

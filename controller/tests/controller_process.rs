@@ -1,6 +1,8 @@
 //! flowmesh-controller as a process: SIGTERM with nothing connected exits at once and the log
 //! says what shutdown waited for; an open watch stream is closed when `--shutdown-grace` ends;
-//! a log written to a pipe holds no colour escapes; `--log-format json` writes JSON lines.
+//! a log written to a pipe holds no colour escapes; `--log-format json` writes JSON lines; a
+//! SIGTERM sent the moment the start-up is logged, or while the start waits on its datastore,
+//! still ends in an orderly exit.
 
 mod support;
 
@@ -58,30 +60,7 @@ fn announced_grpc(log: &str) -> Option<SocketAddr> {
 /// binds port 0 (no window in which another test could take a port chosen beforehand); the
 /// gRPC address comes from the start-up log. A process that exits first fails with its log.
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Piped, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(["--grpc-listen", "127.0.0.1:0"])
-        .args(["--openflow-listen", "127.0.0.1:0"])
-        .args(["--metrics-listen", "127.0.0.1:0"])
-        .args(extra)
-        .env_remove("NO_COLOR")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start flowmesh-controller");
-    let text = Arc::new(Mutex::new(String::new()));
-    let readers = vec![
-        drain(child.stderr.take().expect("stderr"), text.clone()),
-        drain(child.stdout.take().expect("stdout"), text.clone()),
-    ];
-    let mut p = Piped {
-        child,
-        text,
-        readers,
-    };
+    let mut p = spawn(dir, extra);
     let deadline = Instant::now() + Duration::from_secs(30);
     let grpc = loop {
         if let Some(a) = announced_grpc(&p.log()) {
@@ -104,6 +83,48 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> (Piped, SocketAddr) {
         std::thread::sleep(Duration::from_millis(20));
     }
     (p, grpc)
+}
+
+/// The controller started with its output to pipes, not waited for.
+fn spawn(dir: &std::path::Path, extra: &[&str]) -> Piped {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowmesh-controller"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--grpc-listen", "127.0.0.1:0"])
+        .args(["--openflow-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start flowmesh-controller");
+    let text = Arc::new(Mutex::new(String::new()));
+    let readers = vec![
+        drain(child.stderr.take().expect("stderr"), text.clone()),
+        drain(child.stdout.take().expect("stdout"), text.clone()),
+    ];
+    Piped {
+        child,
+        text,
+        readers,
+    }
+}
+
+/// Wait (at most 30 s) until the log holds `line`; a process that exits first fails.
+fn wait_logged(p: &mut Piped, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !p.log().contains(line) {
+        let exited = p.child.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            panic!("{line:?} never logged ({exited:?}); log:\n{}", p.log());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// SIGTERM, then wait (at most `limit`) for the exit; (exit code, time to exit, stdout+stderr).
@@ -215,4 +236,83 @@ fn log_format_json_writes_one_json_object_per_line() {
             "{want:?} not logged:\n{log}"
         );
     }
+}
+
+/// A supervisor may stop the controller as soon as it says it runs. The signal handlers were
+/// once installed only after the start-up was logged: a SIGTERM on the "running" line killed
+/// the process by the default action, without its shutdown (CI: `--log-format json` exited
+/// without "termination requested"). Each mode several times, signalled within a millisecond of
+/// the line.
+#[test]
+fn a_sigterm_on_the_running_line_shuts_down_in_order() {
+    for extra in [&[][..], &["--log-format", "json"][..]] {
+        for _ in 0..8 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut p = spawn(dir.path(), extra);
+            wait_logged(&mut p, "flowmesh-controller running");
+            let (code, _, log) = terminate(p, Duration::from_secs(10));
+            assert_eq!(code, Some(0), "{extra:?}: {log}");
+            assert!(log.contains("termination requested"), "{extra:?}: {log}");
+            assert!(log.contains("shutdown complete"), "{extra:?}: {log}");
+        }
+    }
+}
+
+/// A start that waits on its datastore (here an API server that accepts connections and never
+/// answers) ends at SIGTERM, in order, rather than after the client's own time-outs.
+#[test]
+fn a_sigterm_while_the_datastore_does_not_answer_ends_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Bound and listening (the kernel completes connections into its backlog), never accepted.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: silent\n  cluster:\n    server: http://{addr}\n\
+             contexts:\n- name: silent\n  context:\n    cluster: silent\n    user: silent\n\
+             current-context: silent\nusers:\n- name: silent\n  user: {{}}\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    let mut p = spawn(
+        dir.path(),
+        &[
+            "--datastore",
+            "kubernetes",
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8 path"),
+        ],
+    );
+    // The client has connected: the start now waits for an answer that never comes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let _held = loop {
+        silent.set_nonblocking(true).expect("nonblocking");
+        match silent.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("accept: {e}"),
+        }
+        if let Some(st) = p.child.try_wait().expect("wait") {
+            panic!(
+                "exited ({st}) before it reached the API server; log:\n{}",
+                p.log()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never reached the API server; log:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (code, took, log) = terminate(p, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("termination requested while starting: exiting before serving"),
+        "{log}"
+    );
+    assert!(!log.contains("flowmesh-controller running"), "{log}");
+    eprintln!("SIGTERM during a start waiting on the API server: exited after {took:?}");
 }

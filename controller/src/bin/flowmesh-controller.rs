@@ -376,20 +376,31 @@ fn init_logging(args: &Args) {
     }
 }
 
-/// The first of SIGTERM and SIGINT, by name.
-async fn termination() -> &'static str {
-    #[cfg(unix)]
-    {
+/// SIGTERM and SIGINT, caught from the moment [`Termination::catch`] returns. Until a
+/// handler is installed a signal takes its default action and kills the process without its
+/// shutdown; a handler installed only once the server runs left a window in which a SIGTERM
+/// sent on the "running" line (as a supervisor may) did exactly that.
+struct Termination {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    fn catch() -> std::io::Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            return tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-            };
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The first of SIGTERM and SIGINT, by name (one that came before this call counts).
+    async fn wait(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
-    "SIGINT"
 }
 
 /// The egress firewall resolver's settings from the flags.
@@ -563,7 +574,23 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match start(cfg).await {
+    let mut signals = match Termination::catch() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("flowmesh-controller: cannot catch SIGTERM and SIGINT: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // A start can wait on its datastore (an API server or etcd that does not answer): a
+    // termination then ends it rather than waiting for it.
+    let started = tokio::select! {
+        r = start(cfg) => r,
+        signal = signals.wait() => {
+            tracing::info!(signal, "termination requested while starting: exiting before serving");
+            return ExitCode::SUCCESS;
+        }
+    };
+    match started {
         Ok(r) => {
             // In JSON mode every line is JSON: the log's "running" line carries the addresses.
             if !json_logs {
@@ -580,7 +607,7 @@ async fn run(args: Args) -> ExitCode {
                         .unwrap_or_default()
                 );
             }
-            let signal = termination().await;
+            let signal = signals.wait().await;
             tracing::info!(signal, "termination requested");
             // The shutdown logs what it waits for, what it gave up on and how long it took.
             r.shutdown(grace).await;
