@@ -581,7 +581,7 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // A start can wait on its datastore (an API server or etcd that does not answer): a
+    // A start can wait on an API server that does not answer (--datastore kubernetes): a
     // termination then ends it rather than waiting for it.
     let started = tokio::select! {
         r = start(cfg) => r,
