@@ -11,7 +11,9 @@ use flowmesh_tests::{EtcdCluster, OvsSandbox};
 use proto::admin::admin_client::AdminClient;
 use proto::admin::{self as pa};
 use std::time::{Duration, Instant};
-use support::{desired, leader_of, metric, sandbox_all, send_signal, wait_for, Controller};
+use support::{
+    desired, leader_of, metric, sandbox_all, send_signal, wait_for, wait_for_or, Controller,
+};
 use tonic::transport::Channel;
 
 const NODES: [support::NodeSpec<'static>; 3] = [
@@ -163,16 +165,31 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cs = start_replicas(dir.path(), &eps, "/hung/");
     let sbx = sandbox_all(&cs.iter().collect::<Vec<_>>(), &NODES);
-    let l = leader_of(&cs.iter().collect::<Vec<_>>()).await;
-    let mut admin = cs[l].admin().await;
+    let all: Vec<&Controller> = cs.iter().collect();
+    let mut admin = cs[leader_of(&all).await].admin().await;
     populate(&mut admin).await;
     bridges_match(&sbx, &mut admin).await;
-    wait_for(
-        "one master per bridge in OVS",
-        Duration::from_secs(15),
-        async || master_everywhere(&sbx, &cs[l].target()),
+    // The leader to hang is the one Open vSwitch shows as master everywhere. It is read again
+    // on each try: on a loaded machine a lease can lapse before the fault (a change of leader
+    // the test does not count against the product), and the next leader is then the one.
+    let leader = std::cell::Cell::new(0);
+    wait_for_or(
+        "one master per bridge in OVS, the leader",
+        Duration::from_secs(30),
+        async || {
+            leader.set(leader_of(&all).await);
+            master_everywhere(&sbx, &cs[leader.get()].target())
+        },
+        || {
+            format!(
+                "; {} leads; Open vSwitch shows:{}",
+                cs[leader.get()].target(),
+                support::roles_seen(&sbx, &node_names())
+            )
+        },
     )
     .await;
+    let l = leader.get();
     // `get controllers` through a standby shows the three replicas and the leader.
     let view = ctl_controllers(&cs[(l + 1) % 3]).await;
     assert_eq!(view.replicas.len(), 3, "{view:?}");
@@ -258,10 +275,17 @@ async fn a_hung_leader_is_fenced_and_rejoins_as_standby() {
         granted_master_everywhere(new).await,
         "the new leader lost a switch"
     );
-    wait_for(
+    wait_for_or(
         "OVS to show the new master",
         Duration::from_secs(15),
         async || master_everywhere(&sbx, &new.target()),
+        || {
+            format!(
+                "; {} is to be master; Open vSwitch shows:{}",
+                new.target(),
+                support::roles_seen(&sbx, &node_names())
+            )
+        },
     )
     .await;
     bridges_match(&sbx, &mut a).await;

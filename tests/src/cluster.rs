@@ -78,6 +78,19 @@ pub fn parse_env(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `KUBERNETES_SERVICE_HOST:PORT` in a `/proc/PID/environ` (NUL-separated `K=V`); "" if unset.
+fn api_server_in_environ(environ: &[u8]) -> String {
+    let env = parse_env(&String::from_utf8_lossy(environ).replace('\0', "\n"));
+    match (
+        env.get("KUBERNETES_SERVICE_HOST"),
+        env.get("KUBERNETES_SERVICE_PORT"),
+    ) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.clone(),
+        _ => String::new(),
+    }
+}
+
 impl Cluster {
     /// Brings the cluster up in `mode` (or finds it up) with `scripts/kube-up.sh`.
     pub fn ensure(mode: Mode) -> Result<Cluster> {
@@ -373,21 +386,7 @@ impl Cluster {
             .into_iter()
             .map(|pid| {
                 let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-                let var = |name: &str| {
-                    env.split(|b| *b == 0).find_map(|kv| {
-                        let kv = std::str::from_utf8(kv).ok()?;
-                        kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
-                    })
-                };
-                let addr = match (
-                    var("KUBERNETES_SERVICE_HOST"),
-                    var("KUBERNETES_SERVICE_PORT"),
-                ) {
-                    (Some(h), Some(p)) => format!("{h}:{p}"),
-                    (Some(h), None) => h,
-                    _ => String::new(),
-                };
-                (pid, addr)
+                (pid, api_server_in_environ(&env))
             })
             .collect()
     }
@@ -769,6 +768,14 @@ fn checked(args: &[&str], out: Output) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_api_server_is_read_from_a_process_environment() {
+        let env =
+            b"PATH=/bin\0KUBERNETES_SERVICE_PORT=6443\0KUBERNETES_SERVICE_HOST=172.31.200.254\0";
+        assert_eq!(api_server_in_environ(env), "172.31.200.254:6443");
+        assert_eq!(api_server_in_environ(b"PATH=/bin\0"), "");
+    }
 
     #[test]
     fn missing_default_accounts_are_read_from_kubectls_errors() {

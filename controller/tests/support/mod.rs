@@ -246,13 +246,25 @@ pub async fn desired(admin: &mut AdminClient<Channel>, node: &str) -> Vec<String
 }
 
 /// Wait until `f` is true.
-pub async fn wait_for(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+pub async fn wait_for(what: &str, timeout: Duration, f: impl AsyncFnMut() -> bool) {
+    wait_for_or(what, timeout, f, String::new).await
+}
+
+/// Wait until `f` is true; a time-out also says what `seen` reports then.
+pub async fn wait_for_or(
+    what: &str,
+    timeout: Duration,
+    mut f: impl AsyncFnMut() -> bool,
+    seen: impl FnOnce() -> String,
+) {
     let deadline = Instant::now() + timeout;
     loop {
         if f().await {
             return;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            panic!("timed out waiting for {what}{}", seen());
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -358,6 +370,17 @@ pub async fn granted_everywhere(c: &Controller, nodes: &[&str], role: &str) -> b
 /// Whether OVS's database shows replica `target` as master, and every other connected one as
 /// slave, on the bridge of every one of `nodes` (ovs-vswitchd refreshes these columns every
 /// few seconds).
+/// Each bridge's connected controllers and their roles as Open vSwitch shows them.
+pub fn roles_seen(sbx: &OvsSandbox, nodes: &[&str]) -> String {
+    nodes
+        .iter()
+        .map(|n| match sbx.controller_roles(n) {
+            Ok(r) => format!("\n  {n}: {r:?}"),
+            Err(e) => format!("\n  {n}: {e}"),
+        })
+        .collect()
+}
+
 pub fn master_everywhere(sbx: &OvsSandbox, nodes: &[&str], target: &str) -> bool {
     nodes.iter().all(|n| {
         let roles = sbx.controller_roles(n).unwrap_or_default();
