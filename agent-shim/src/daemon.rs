@@ -195,6 +195,12 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         println!("{}", serde_json::json!({ "removed": removed }));
         return Ok(());
     }
+    // Caught from here on: a SIGTERM while the shim registers (which waits for the controller)
+    // or sets up the node must reach an orderly exit, not the default action. One during the
+    // node's set-up is served once the set-up is whole.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
     let tls = match (&args.ca, &args.cert, &args.key) {
         (Some(ca), Some(cert), Some(key)) => {
             Some(crate::nodeapi::client_tls(ca, cert, key).map_err(DaemonError::Tls)?)
@@ -219,7 +225,17 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         tls,
     )
     .map_err(|e| DaemonError::Url(format!("{}: {e}", args.controller)))?;
-    let config = register(&api, &args).await?;
+    let config = tokio::select! {
+        c = register(&api, &args) => c?,
+        _ = term.recv() => {
+            info!("termination requested while registering: exiting");
+            return Ok(());
+        }
+        _ = int.recv() => {
+            info!("termination requested while registering: exiting");
+            return Ok(());
+        }
+    };
     let settings = NodeSettings::try_from(&config)?;
     info!(node = %settings.node, subnet = %settings.subnet, gateway = %settings.gateway, mtu = settings.mtu, "registered");
     let vsctl = Vsctl::default();
@@ -364,11 +380,6 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
         });
     }
     // The socket appears once the node is clean: a CNI call never meets a half-done start.
-    // Caught before the socket appears: a SIGTERM sent once it does (as a supervisor may)
-    // must reach the shutdown, not the default action.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
     let listener = server::bind(&args.cni_socket)?;
     info!(socket = %args.cni_socket.display(), "serving CNI requests");
     let shutdown = async move {

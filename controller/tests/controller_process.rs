@@ -263,7 +263,8 @@ fn a_sigterm_on_the_running_line_shuts_down_in_order() {
 #[test]
 fn a_sigterm_while_the_datastore_does_not_answer_ends_the_start() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Bound and listening (the kernel completes connections into its backlog), never accepted.
+    // Bound and listening; the one connection is accepted (to know the client is waiting) and
+    // never answered.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = silent.local_addr().expect("addr");
     let kubeconfig = dir.path().join("kubeconfig");

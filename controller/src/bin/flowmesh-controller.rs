@@ -581,8 +581,9 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // A start can wait on an API server that does not answer (--datastore kubernetes): a
-    // termination then ends it rather than waiting for it.
+    // A start can wait on its datastore (loading the state, an API server that does not
+    // answer): a termination then ends it rather than waiting for it. Nothing is spawned
+    // before the start's last wait, so ending it there leaves nothing half-started.
     let started = tokio::select! {
         r = start(cfg) => r,
         signal = signals.wait() => {

@@ -367,9 +367,6 @@ pub async fn granted_everywhere(c: &Controller, nodes: &[&str], role: &str) -> b
     })
 }
 
-/// Whether OVS's database shows replica `target` as master, and every other connected one as
-/// slave, on the bridge of every one of `nodes` (ovs-vswitchd refreshes these columns every
-/// few seconds).
 /// Each bridge's connected controllers and their roles as Open vSwitch shows them.
 pub fn roles_seen(sbx: &OvsSandbox, nodes: &[&str]) -> String {
     nodes
@@ -381,6 +378,9 @@ pub fn roles_seen(sbx: &OvsSandbox, nodes: &[&str]) -> String {
         .collect()
 }
 
+/// Whether OVS's database shows replica `target` as master, and every other connected one as
+/// slave, on the bridge of every one of `nodes` (ovs-vswitchd refreshes these columns every
+/// few seconds).
 pub fn master_everywhere(sbx: &OvsSandbox, nodes: &[&str], target: &str) -> bool {
     nodes.iter().all(|n| {
         let roles = sbx.controller_roles(n).unwrap_or_default();
