@@ -179,6 +179,14 @@ async fn register(api: &NodeApi, args: &Args) -> Result<proto::node::NodeConfig,
     }
 }
 
+/// The first of SIGTERM and SIGINT (one caught before this call counts).
+async fn terminated(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signal::unix::Signal) {
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
 /// Runs the shim.
 pub async fn run(args: Args) -> Result<(), DaemonError> {
     if args.uninstall {
@@ -227,11 +235,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     .map_err(|e| DaemonError::Url(format!("{}: {e}", args.controller)))?;
     let config = tokio::select! {
         c = register(&api, &args) => c?,
-        _ = term.recv() => {
-            info!("termination requested while registering: exiting");
-            return Ok(());
-        }
-        _ = int.recv() => {
+        _ = terminated(&mut term, &mut int) => {
             info!("termination requested while registering: exiting");
             return Ok(());
         }
@@ -383,10 +387,7 @@ pub async fn run(args: Args) -> Result<(), DaemonError> {
     let listener = server::bind(&args.cni_socket)?;
     info!(socket = %args.cni_socket.display(), "serving CNI requests");
     let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        terminated(&mut term, &mut int).await;
         info!("shutting down");
     };
     server::serve(listener, args.cni_socket.clone(), pods, shutdown).await;

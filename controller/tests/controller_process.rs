@@ -6,6 +6,7 @@
 
 mod support;
 
+use flowmesh_tests::process::accept_from;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -61,19 +62,7 @@ fn announced_grpc(log: &str) -> Option<SocketAddr> {
 /// gRPC address comes from the start-up log. A process that exits first fails with its log.
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Piped, SocketAddr) {
     let mut p = spawn(dir, extra);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let grpc = loop {
-        if let Some(a) = announced_grpc(&p.log()) {
-            break a;
-        }
-        let exited = p.child.try_wait().ok().flatten();
-        if exited.is_some() || Instant::now() > deadline {
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-            panic!("controller did not start ({exited:?}); log:\n{}", p.log());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let grpc = wait_log(&mut p, "the gRPC address", announced_grpc);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(grpc).is_err() {
         assert!(
@@ -113,15 +102,19 @@ fn spawn(dir: &std::path::Path, extra: &[&str]) -> Piped {
     }
 }
 
-/// Wait (at most 30 s) until the log holds `line`; a process that exits first fails.
-fn wait_logged(p: &mut Piped, line: &str) {
+/// Wait (at most 30 s) until `found` reads `what` from the log; a process that exits first
+/// fails with its log.
+fn wait_log<T>(p: &mut Piped, what: &str, found: impl Fn(&str) -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !p.log().contains(line) {
+    loop {
+        if let Some(v) = found(&p.log()) {
+            return v;
+        }
         let exited = p.child.try_wait().ok().flatten();
         if exited.is_some() || Instant::now() > deadline {
             let _ = p.child.kill();
             let _ = p.child.wait();
-            panic!("{line:?} never logged ({exited:?}); log:\n{}", p.log());
+            panic!("{what} never logged ({exited:?}); log:\n{}", p.log());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -249,7 +242,8 @@ fn a_sigterm_on_the_running_line_shuts_down_in_order() {
         for _ in 0..8 {
             let dir = tempfile::tempdir().expect("tempdir");
             let mut p = spawn(dir.path(), extra);
-            wait_logged(&mut p, "flowmesh-controller running");
+            let running = "flowmesh-controller running";
+            wait_log(&mut p, running, |log| log.contains(running).then_some(()));
             let (code, _, log) = terminate(p, Duration::from_secs(10));
             assert_eq!(code, Some(0), "{extra:?}: {log}");
             assert!(log.contains("termination requested"), "{extra:?}: {log}");
@@ -287,27 +281,12 @@ fn a_sigterm_while_the_datastore_does_not_answer_ends_the_start() {
         ],
     );
     // The client has connected: the start now waits for an answer that never comes.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let _held = loop {
-        silent.set_nonblocking(true).expect("nonblocking");
-        match silent.accept() {
-            Ok((conn, _)) => break conn,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => panic!("accept: {e}"),
-        }
-        if let Some(st) = p.child.try_wait().expect("wait") {
-            panic!(
-                "exited ({st}) before it reached the API server; log:\n{}",
-                p.log()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never reached the API server; log:\n{}",
-            p.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let _held = accept_from(
+        &silent,
+        || p.child.try_wait().ok().flatten(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("the API server: {e}; log:\n{}", p.log()));
     let (code, took, log) = terminate(p, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{log}");
     assert!(

@@ -165,6 +165,34 @@ impl Drop for TrackedProcess {
     }
 }
 
+/// Waits (at most `timeout`) for one connection on `listener` (made non-blocking here) from a
+/// process that may exit first (`exited` says whether it has): the connection, held by the
+/// caller, or what happened instead. For a stand-in server that accepts and never answers.
+pub fn accept_from(
+    listener: &std::net::TcpListener,
+    mut exited: impl FnMut() -> Option<ExitStatus>,
+    timeout: Duration,
+) -> std::result::Result<std::net::TcpStream, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("listener: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match listener.accept() {
+            Ok((conn, _)) => return Ok(conn),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+        if let Some(st) = exited() {
+            return Err(format!("exited ({st}) before it connected"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no connection within {timeout:?}"));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn pid_of(pid: u32) -> Result<Pid> {
     i32::try_from(pid)
         .map(Pid::from_raw)
