@@ -6,6 +6,7 @@
 
 mod support;
 
+use flowmesh_tests::kube_api::kubeconfig_for;
 use flowmesh_tests::process::accept_from;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -262,15 +263,8 @@ fn a_sigterm_while_the_datastore_does_not_answer_ends_the_start() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = silent.local_addr().expect("addr");
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: silent\n  cluster:\n    server: http://{addr}\n\
-             contexts:\n- name: silent\n  context:\n    cluster: silent\n    user: silent\n\
-             current-context: silent\nusers:\n- name: silent\n  user: {{}}\n"
-        ),
-    )
-    .expect("write kubeconfig");
+    std::fs::write(&kubeconfig, kubeconfig_for(&format!("http://{addr}")))
+        .expect("write kubeconfig");
     let mut p = spawn(
         dir.path(),
         &[

@@ -189,6 +189,15 @@ pub struct MockApiServer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A kubeconfig for the API server at `server` (a URL; no auth, namespace `default`).
+pub fn kubeconfig_for(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: mock\n  cluster:\n    server: {server}\n\
+         contexts:\n- name: mock\n  context:\n    cluster: mock\n    user: mock\n    namespace: default\n\
+         current-context: mock\nusers:\n- name: mock\n  user: {{}}\npreferences: {{}}\n"
+    )
+}
+
 impl MockApiServer {
     /// Starts serving `resources` on a free port of 127.0.0.1.
     pub fn start(resources: &[ResourceDef]) -> Self {
@@ -283,12 +292,7 @@ impl MockApiServer {
 
     /// A kubeconfig for this server (no auth, namespace `default`).
     pub fn kubeconfig(&self) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: mock\n  cluster:\n    server: {}\n\
-             contexts:\n- name: mock\n  context:\n    cluster: mock\n    user: mock\n    namespace: default\n\
-             current-context: mock\nusers:\n- name: mock\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
-        )
+        kubeconfig_for(&self.url())
     }
 
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
